@@ -1,0 +1,11 @@
+"""mtbert: multitask BERT sharing regimes as a sweep.
+
+The library knows nothing of Ray or MLflow: `mtbert.train(config, reporter)` trains one
+configuration and returns a Result; `orchestration` runs it as Ray Tune trials.
+"""
+__version__ = "0.1.0"
+
+
+def train(*args, **kwargs):
+    from mtbert.train.loop import train as _train
+    return _train(*args, **kwargs)

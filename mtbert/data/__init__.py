@@ -1,0 +1,1 @@
+"""Data: readers, synthetic data, tokenization cache, samplers."""
