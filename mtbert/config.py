@@ -40,6 +40,10 @@ class ModelConfig:
     name_or_path: str = "tiny"
     tiny: TinyEncoder = field(default_factory=TinyEncoder)
     max_length: int = 64  # tokens per sequence (a cross-encoded pair counts as one sequence)
+    # Sentence vector: mean of the token states (what sentence encoders such as MiniLM are
+    # trained for, and what a random-init tiny model learns fastest), the [CLS] state, or
+    # BERT's pooler (dense + tanh over [CLS], as the papers use).
+    pooling: Literal["mean", "cls", "pooler"] = "mean"
 
 
 @dataclass
@@ -132,7 +136,10 @@ class SamplingConfig:
 
 @dataclass
 class PairsConfig:
-    encoding: Literal["cross", "bi"] = "cross"
+    # bi: each sentence encoded alone, features [u, v, |u-v|, u*v]; cross: one sequence
+    # [CLS] a [SEP] b [SEP]. bi is the default because a random-init tiny encoder learns
+    # it in seconds; the papers' cross-encoder setting is one key away.
+    encoding: Literal["cross", "bi"] = "bi"
 
 
 @dataclass
@@ -365,7 +372,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tasks: at least one task is needed")
     for i, t in enumerate(cfg.tasks):
         if t not in TASKS:
-            close = difflib.get_close_matches(t, TASKS, n=1)
+            close = difflib.get_close_matches(t, TASKS, n=1, cutoff=0.5)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"tasks[{i}]: unknown task '{t}'{hint}; known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):

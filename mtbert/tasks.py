@@ -58,14 +58,23 @@ class TaskSpec:
             return F.cross_entropy(logits, labels.long())
         if self.kind == "binary":
             return F.binary_cross_entropy_with_logits(logits.squeeze(-1), labels.float())
-        return F.mse_loss(logits.squeeze(-1), labels.float())
+        return F.mse_loss(logits.squeeze(-1), self.normalize(labels.float()))
+
+    # Regression heads predict in [0, 1] units of the label range: an STS loss on the raw
+    # 0..5 scale starts ~25x larger than the classification losses and its gradients swamp
+    # the shared encoder. The MSE differs from the raw one by the constant (hi - lo)^2, and
+    # Pearson r does not change under the affine map back.
+    def normalize(self, labels: torch.Tensor) -> torch.Tensor:
+        lo, hi = self.label_range
+        return (labels - lo) / (hi - lo)
 
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
         if self.kind == "multiclass":
             return logits.argmax(-1)
         if self.kind == "binary":
             return (logits.squeeze(-1) > 0).long()
-        return logits.squeeze(-1)
+        lo, hi = self.label_range
+        return lo + (hi - lo) * logits.squeeze(-1)
 
     def score(self, preds, labels) -> float:
         return pearson(preds, labels) if self.kind == "regression" else accuracy(preds, labels)

@@ -1,0 +1,288 @@
+"""Readers: task files (CS224N TSV, CSV, TSV, JSONL) and config -> train/dev Examples.
+
+Malformed rows never crash a run and are never trained on silently: they are skipped and
+counted per reason in a `BadRows` (or, with `on_bad_row="error"`, the first one raises).
+Row numbers are file lines, 1-based, header included (what an editor shows), so
+"row 2891" is line 2891 of the file.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mtbert.config import ColumnMap, Config
+from mtbert.data.synthetic import make_synthetic
+from mtbert.data.types import BadRows, Example
+from mtbert.tasks import TaskSpec, get_task
+
+FORMATS = ("auto", "cs224n", "csv", "tsv", "jsonl")
+
+WRONG_FIELDS = "wrong field count"
+BAD_JSON = "invalid JSON"
+MISSING_LABEL = "missing label"
+BAD_LABEL = "bad label"
+EMPTY_TEXT = "empty text"
+MISSING_TEXT2 = "missing second sentence"
+
+Fields = dict[str, Any]
+
+
+class DataError(ValueError):
+    """A user error in data or data config: one readable line naming the file, row or key."""
+
+
+# --------------------------------------------------------------------------- one file
+
+def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
+                  columns: ColumnMap | None = None,
+                  on_bad_row: str = "skip") -> tuple[list[Example], BadRows]:
+    """Read one file of `task` examples.
+
+    fmt: "cs224n" (tab-separated, header row whose first field is an empty index column;
+    columns from task.cs224n_columns, or `columns` for a task without them), "csv" (comma,
+    CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per line); those three take
+    their columns from `columns`, by default the task's CS224N names when it has them.
+    "auto" picks by extension; a .csv whose header is tab-separated with an empty first
+    field is cs224n.
+    Row numbers in BadRows and errors are 1-based file lines (the header is line 1).
+    """
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise DataError(f"{path}: unknown format '{fmt}' (expected one of {', '.join(FORMATS)})")
+    if on_bad_row not in ("skip", "error"):
+        raise DataError(f"{path}: on_bad_row must be skip or error, got '{on_bad_row}'")
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    bad = BadRows(file=str(path))
+    examples: list[Example] = []
+    try:
+        if fmt == "auto":
+            fmt = detect_format(path)
+        names = _column_names(path, task, fmt, columns)
+        for line, fields in _records(path, fmt, names):
+            bad.rows_read += 1
+            example, reason, detail = _to_example(fields, names, task)
+            if example is not None:
+                examples.append(example)
+                continue
+            if on_bad_row == "error":
+                raise DataError(f"{path}: row {line}: {reason}{detail}")
+            bad.add(line, reason)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except csv.Error as exc:
+        raise DataError(f"{path}: unreadable ({exc})") from None
+    return examples, bad
+
+
+def detect_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return "jsonl"
+    if suffix == ".tsv":
+        return "tsv"
+    if suffix == ".csv":
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            header = f.readline()
+        return "cs224n" if "\t" in header and header.split("\t")[0].strip() == "" else "csv"
+    raise DataError(f"{path}: cannot tell the format from the extension "
+                    "(expected .csv, .tsv or .jsonl); set its format")
+
+
+def _column_names(path: Path, task: TaskSpec, fmt: str,
+                  columns: ColumnMap | None) -> tuple[str, str | None, str]:
+    """(text, text2, label) column names; text2 is None for single-sentence tasks."""
+    if fmt == "cs224n" and task.cs224n_columns:
+        text, text2, label = task.cs224n_columns
+    elif columns is not None:
+        text, text2, label = columns.text, columns.text2, columns.label
+    elif task.cs224n_columns:
+        text, text2, label = task.cs224n_columns
+    else:
+        text, text2, label = ColumnMap().text, None, ColumnMap().label
+    if task.pair and not text2:
+        raise DataError(f"{path}: task '{task.name}' has sentence pairs; set columns.text2")
+    return text, (text2 if task.pair else None), label
+
+
+def _unquote(field: str) -> str:
+    """Undo CSV quoting on a field that is wholly and validly quoted (every inner quote doubled).
+
+    CS224N files are tab-separated, but some fields were written CSV-quoted, some twice
+    over. Parsing with CSV quoting on lets one stray quote swallow the lines after it, so
+    the files are read with quoting off and such fields are unwrapped here; text that merely
+    starts and ends with a quote ('"Hi" he said "bye"') is left alone.
+    """
+    while len(field) >= 2 and field[0] == '"' and field[-1] == '"':
+        inner = field[1:-1]
+        if '"' in inner.replace('""', ""):
+            break
+        field = inner.replace('""', '"')
+    return field
+
+
+def _records(path: Path, fmt: str, names: tuple[str, str | None, str]) -> Iterator[tuple[int, Fields | None]]:
+    """(line, fields) per data record; fields None when the record has the wrong shape."""
+    if fmt == "jsonl":
+        yield from _jsonl_records(path)
+        return
+    quoted = fmt == "csv"
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f, delimiter="," if quoted else "\t",
+                            quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None:
+            raise DataError(f"{path}: empty file (expected a header row)")
+        index = _header_index(path, header, names)
+        start = reader.line_num + 1
+        for row in reader:
+            line, start = start, reader.line_num + 1
+            if not row:  # blank line
+                continue
+            if len(row) != len(header):
+                yield line, None
+                continue
+            yield line, {name: row[i] if quoted else _unquote(row[i]) for name, i in index.items()}
+
+
+def _header_index(path: Path, header: list[str], names: tuple[str, str | None, str]) -> dict[str, int]:
+    header = [h.strip() for h in header]
+    index = {}
+    for name in names:
+        if name is None:
+            continue
+        if name not in header:
+            shown = ", ".join(h or "(empty)" for h in header)
+            raise DataError(f"{path}: column '{name}' not in header ({shown})")
+        index[name] = header.index(name)
+    return index
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[int, Fields | None]]:
+    with path.open(encoding="utf-8-sig") as f:
+        for line, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError:
+                obj = None
+            yield line, obj if isinstance(obj, dict) else {BAD_JSON: True}
+
+
+def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
+                task: TaskSpec) -> tuple[Example | None, str, str]:
+    """(example, "", "") or (None, reason, detail for the error message)."""
+    if fields is None:
+        return None, WRONG_FIELDS, ""
+    if BAD_JSON in fields:
+        return None, BAD_JSON, ""
+    text_key, text2_key, label_key = names
+    raw = fields.get(label_key)
+    if isinstance(raw, bool):
+        raw = int(raw)
+    if raw is None or str(raw).strip() == "":
+        return None, MISSING_LABEL, f" ('{label_key}')"
+    label = task.parse_label(raw)
+    if label is None:
+        return None, BAD_LABEL, f" {str(raw)!r} ({label_hint(task)})"
+    text = _text(fields.get(text_key))
+    if not text:
+        return None, EMPTY_TEXT, f" ('{text_key}')"
+    text2 = None
+    if text2_key is not None:
+        text2 = _text(fields.get(text2_key))
+        if not text2:
+            return None, MISSING_TEXT2, f" ('{text2_key}')"
+    return Example(text, text2, label), "", ""
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def label_hint(task: TaskSpec) -> str:
+    if task.kind == "multiclass":
+        return f"{task.name} expects an integer 0..{task.num_classes - 1}"
+    if task.kind == "binary":
+        return f"{task.name} expects 0 or 1"
+    lo, hi = task.label_range
+    return f"{task.name} expects a number in [{lo:g}, {hi:g}]"
+
+
+# --------------------------------------------------------------------------- config -> splits
+
+def load_splits(cfg: Config) -> tuple[dict[str, tuple[list[Example], list[Example]]], list[BadRows]]:
+    """task -> (train, dev) for every task in cfg.tasks, plus the BadRows of every file read."""
+    splits: dict[str, tuple[list[Example], list[Example]]] = {}
+    bad: list[BadRows] = []
+    for name in cfg.tasks:
+        task = get_task(name)
+        if cfg.data.source == "synthetic":
+            train, dev = _synthetic_splits(cfg, task)
+        else:
+            (train, bad_train), (dev, bad_dev) = (
+                _read_split(cfg, task, split) for split in ("train", "dev"))
+            bad += [bad_train, bad_dev]
+        splits[name] = (_cap(train, cfg.data.max_train_examples, "data.max_train_examples"),
+                        _cap(dev, cfg.data.max_dev_examples, "data.max_dev_examples"))
+    return splits, bad
+
+
+def _stable_seed(*parts: object) -> int:
+    """A seed from parts that is the same in every process (unlike hash() of a str)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def _synthetic_splits(cfg: Config, task: TaskSpec) -> tuple[list[Example], list[Example]]:
+    syn = cfg.data.synthetic
+    for key, value in (("train_size", syn.train_size), ("dev_size", syn.dev_size)):
+        if value <= 0:
+            raise DataError(f"data.synthetic.{key}: must be > 0, got {value}")
+    # Separate seed streams per task and split: dev never replays train's draws.
+    return (make_synthetic(task, syn.train_size, _stable_seed("train", task.name, syn.seed)),
+            make_synthetic(task, syn.dev_size, _stable_seed("dev", task.name, syn.seed)))
+
+
+def _split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, ColumnMap | None, str]:
+    """(path, format, columns, config key naming the path) of one split."""
+    if cfg.data.source == "cs224n":
+        if not cfg.data.dir or not Path(cfg.data.dir).is_dir():
+            raise DataError(f"data.dir: {cfg.data.dir} not found")
+        if not task.cs224n_stem:
+            raise DataError(f"tasks: '{task.name}' has no CS224N file stem; use data.source: files")
+        return Path(cfg.data.dir) / f"{task.cs224n_stem}-{split}.csv", "cs224n", None, "data.dir"
+    files = cfg.data.files.get(task.name)
+    if files is None:
+        raise DataError(f"data.files.{task.name}: missing (data.source is files)")
+    return Path(getattr(files, split)), files.format, files.columns, f"data.files.{task.name}.{split}"
+
+
+def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example], BadRows]:
+    path, fmt, columns, key = _split_file(cfg, task, split)
+    if not path.is_file():
+        raise DataError(f"{key}: {path} not found")
+    examples, bad = read_examples(path, task, fmt, columns, cfg.data.on_bad_row)
+    if not examples:
+        raise DataError(f"{key}: {path}: no usable rows ({bad.summary()})")
+    return examples, bad
+
+
+def _cap(examples: list[Example], limit: int | None, key: str) -> list[Example]:
+    """The first `limit` of a fixed-seed shuffle, kept in file order.
+
+    The seed is a constant, not train.seed: every trial of a sweep sees the same subset,
+    and a random subset stays representative where the file's head may be sorted.
+    """
+    if limit is not None and limit <= 0:
+        raise DataError(f"{key}: must be > 0, got {limit}")
+    if limit is None or len(examples) <= limit:
+        return examples
+    keep = sorted(random.Random(0).sample(range(len(examples)), limit))
+    return [examples[i] for i in keep]

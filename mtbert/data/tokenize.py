@@ -1,0 +1,326 @@
+"""Tokenizers, tokenized datasets, dynamic-padding collation and the tokenization cache.
+
+A sweep runs many trials on the same data; `prepare()` tokenizes each split once and stores
+it under `data.cache_dir`, keyed by a hash of everything that decides the token ids (the
+tokenizer itself, task, pair encoding, max_length, the examples). Trials that share those
+load the stored ids; a change to any of them is a different key, so nothing goes stale.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from mtbert.config import Config
+from mtbert.data.readers import DataError, load_splits
+from mtbert.data.types import Batch, BadRows, Encoded, Example
+from mtbert.tasks import TaskSpec, get_task
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, in this order
+TINY_VOCAB_SIZE = 8192  # a cap: the synthetic data needs a few hundred entries, real data fills it
+CACHE_VERSION = 1  # bump when the stored layout changes
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+def get_tokenizer(cfg: Config, texts: Iterable[str] = ()) -> PreTrainedTokenizerFast:
+    """The tokenizer for `model.name_or_path`: "tiny" trains a WordPiece on `texts` (cached);
+    anything else is a hub name or a local directory in Hugging Face layout."""
+    name = cfg.model.name_or_path
+    if name == "tiny":
+        return _tiny_tokenizer(list(texts), Path(cfg.data.cache_dir))
+    return _pretrained_tokenizer(name)
+
+
+def _looks_local(name: str) -> bool:
+    # Hub ids are "name" or "org/name"; anything else with a path shape is meant as a directory.
+    return (name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+            or Path(name).expanduser().exists())
+
+
+def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    source = name
+    if _looks_local(name):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise DataError(f"model.name_or_path: {name} not found")
+        source = str(path.resolve())
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"model.name_or_path: cannot load a tokenizer from '{name}' ({first})") from None
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise DataError(f"model.name_or_path: '{name}' has no fast (Rust) tokenizer")
+    if tokenizer.pad_token_id is None:
+        raise DataError(f"model.name_or_path: the tokenizer of '{name}' has no padding token")
+    return tokenizer
+
+
+def _hash_texts(texts: Sequence[str]) -> str:
+    h = hashlib.sha256(f"tiny-wordpiece-v2:{TINY_VOCAB_SIZE}:{SPECIAL_TOKENS}".encode())
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def _tiny_tokenizer(texts: list[str], cache_dir: Path) -> PreTrainedTokenizerFast:
+    if not texts:
+        raise DataError("model.name_or_path: tiny trains its tokenizer on the training texts; none given")
+    path = cache_dir / f"tokenizer-tiny-{_hash_texts(texts)[:20]}.json"
+    if not path.is_file():
+        _atomic_write(path, lambda tmp: tmp.write_text(train_wordpiece(texts).to_str(), encoding="utf-8"))
+    # Always load from the file: when trials race, all of them then use the stored winner.
+    return _wrap(path)
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int = TINY_VOCAB_SIZE):
+    """A BERT-style uncased WordPiece tokenizer (tokenizers.Tokenizer) built from `texts`.
+
+    The vocabulary is every character seen (alone and as a "##" continuation), then whole
+    words by frequency (ties alphabetical) up to `vocab_size`; rarer words fall back to
+    characters. Counting instead of the library's WordPieceTrainer because the trainer
+    breaks merge ties in hash order, so the same texts give different vocabularies from run
+    to run, and trials of one sweep must agree on token ids.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for text in texts:
+        words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)))
+    chars: Counter[str] = Counter()
+    for word, n in words.items():
+        for c in word:
+            chars[c] += n
+    room = vocab_size - len(SPECIAL_TOKENS)
+    alphabet = _by_count(chars)[:room // 2]
+    vocab = SPECIAL_TOKENS + alphabet + ["##" + c for c in alphabet]
+    vocab += [w for w in _by_count(words) if len(w) > 1][:vocab_size - len(vocab)]
+
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    cls, sep = SPECIAL_TOKENS.index("[CLS]"), SPECIAL_TOKENS.index("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
+def _by_count(counts: Counter[str]) -> list[str]:
+    """Keys by falling count, ties alphabetical: the same order in every process."""
+    return [k for k, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _wrap(path: Path) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(path), pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+        sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
+    """A hash of everything in the tokenizer that decides token ids."""
+    h = hashlib.sha256(type(tokenizer).__name__.encode())
+    h.update(tokenizer.backend_tokenizer.to_str().encode())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- datasets
+
+@dataclass(frozen=True)
+class _Packed:
+    """One side of a dataset as flat tensors, so collate gathers a batch without Python loops."""
+    ids: torch.Tensor  # (total tokens,) long
+    types: torch.Tensor  # (total tokens,) long
+    offsets: torch.Tensor  # (N,) long: start of sequence i in ids
+    lengths: torch.Tensor  # (N,) long
+
+
+def _pack(seqs: list[list[int]], types: list[list[int]]) -> _Packed:
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    offsets = torch.zeros_like(lengths)
+    if len(lengths) > 1:
+        offsets[1:] = torch.cumsum(lengths, 0)[:-1]
+    return _Packed(torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.long),
+                   torch.tensor(list(itertools.chain.from_iterable(types)), dtype=torch.long),
+                   offsets, lengths)
+
+
+def _unpack(flat: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
+    ends = torch.cumsum(lengths.long(), 0)
+    starts = (ends - lengths.long()).tolist()
+    return list(map(flat.tolist().__getitem__, map(slice, starts, ends.tolist())))
+
+
+@dataclass(eq=False)
+class TaskDataset:
+    """One task's split, tokenized and unpadded. Treat it as read-only: collate reads a packed
+    copy of `sides`/`type_ids`, made on first use."""
+    task: str
+    sides: list[list[list[int]]]  # sides[s][i]: token ids of example i on side s
+    type_ids: list[list[list[int]]]
+    labels: torch.Tensor
+    _packed: list[_Packed] | None = field(default=None, init=False, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def packed(self) -> list[_Packed]:
+        if self._packed is None:
+            self._packed = [_pack(s, t) for s, t in zip(self.sides, self.type_ids)]
+        return self._packed
+
+    def num_tokens(self) -> int:
+        """Real (unpadded) tokens over all sides: the denominator of padding waste."""
+        return int(sum(int(p.lengths.sum()) for p in self.packed))
+
+
+def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example], task: TaskSpec,
+                    encoding: str, max_length: int) -> TaskDataset:
+    """Tokenize `examples`: one side for single sentences and cross-encoded pairs
+    ([CLS] a [SEP] b [SEP], token types 0/1), two sides for bi-encoded pairs."""
+    if encoding not in ("cross", "bi"):
+        raise DataError(f"pairs.encoding: expected cross or bi, got '{encoding}'")
+    texts = [e.text for e in examples]
+
+    def run(a: list[str], b: list[str] | None = None) -> tuple[list[list[int]], list[list[int]]]:
+        out = tokenizer(a, b, truncation=True, max_length=max_length, return_token_type_ids=True,
+                        return_attention_mask=False)
+        return out["input_ids"], out["token_type_ids"]
+
+    if not task.pair:
+        encoded = [run(texts)]
+    elif encoding == "cross":
+        encoded = [run(texts, [e.text2 or "" for e in examples])]
+    else:
+        encoded = [run(texts), run([e.text2 or "" for e in examples])]
+    dtype = torch.float32 if task.kind == "regression" else torch.long
+    labels = torch.tensor([e.label for e in examples], dtype=dtype)
+    return TaskDataset(task.name, [ids for ids, _ in encoded], [tt for _, tt in encoded], labels)
+
+
+def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
+    """A batch padded to its own longest sequence (per side), not to max_length."""
+    idx = torch.as_tensor(indices, dtype=torch.long)
+    if idx.numel() == 0:
+        raise ValueError(f"collate: empty batch of task '{ds.task}'")
+    inputs = []
+    for p in ds.packed:
+        lengths = p.lengths[idx]
+        steps = torch.arange(int(lengths.max()))
+        mask = steps[None, :] < lengths[:, None]
+        # Padding positions read some in-range token and are then overwritten by the mask.
+        pos = (p.offsets[idx][:, None] + steps[None, :]).clamp_(max=p.ids.numel() - 1)
+        input_ids = torch.where(mask, p.ids[pos], pad_id)
+        token_types = p.types[pos] * mask
+        inputs.append(Encoded(input_ids, mask.long(), token_types))
+    return Batch(ds.task, inputs, ds.labels[idx])
+
+
+# --------------------------------------------------------------------------- cache
+
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Write via a temporary file and rename, so racing processes never read a partial file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise DataError(f"data.cache_dir: cannot write {path} ({exc.strerror or exc})") from None
+
+
+def cache_key(fingerprint: str, examples: list[Example], task: TaskSpec, encoding: str,
+              max_length: int) -> str:
+    h = hashlib.sha256(f"v{CACHE_VERSION}|{fingerprint}|{task.name}|{task.kind}|"
+                       f"{encoding if task.pair else '-'}|{max_length}|".encode())
+    for e in examples:
+        h.update(f"{e.text}\x1f{e.text2}\x1f{e.label!r}\x1e".encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _save(ds: TaskDataset, path: Path) -> None:
+    state = {"task": ds.task, "labels": ds.labels,
+             "ids": [p.ids.to(torch.int32) for p in ds.packed],
+             "types": [p.types.to(torch.int8) for p in ds.packed],
+             "lengths": [p.lengths.to(torch.int32) for p in ds.packed]}
+    _atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def _load(path: Path) -> TaskDataset | None:
+    """The stored dataset, or None when the file is missing or unreadable (then re-encode)."""
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, weights_only=True)
+        sides = zip(state["ids"], state["types"], state["lengths"])
+        packed = [_Packed(ids.long(), types.long(), torch.cumsum(n.long(), 0) - n.long(), n.long())
+                  for ids, types, n in sides]
+        ds = TaskDataset(state["task"], [_unpack(p.ids, p.lengths) for p in packed],
+                         [_unpack(p.types, p.lengths) for p in packed], state["labels"])
+    except Exception:  # a truncated or foreign file is a cache miss, not an error
+        return None
+    ds._packed = packed
+    return ds
+
+
+def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples: list[Example],
+                  task: TaskSpec, encoding: str, max_length: int, cache_dir: Path,
+                  split: str) -> TaskDataset:
+    key = cache_key(fingerprint, examples, task, encoding, max_length)
+    path = cache_dir / f"{task.name}-{split}-{key[:24]}.pt"
+    ds = _load(path)
+    if ds is None:
+        ds = encode_examples(tokenizer, examples, task, encoding, max_length)
+        _save(ds, path)
+    return ds
+
+
+# --------------------------------------------------------------------------- prepare
+
+@dataclass
+class Prepared:
+    tokenizer: PreTrainedTokenizerFast
+    train: dict[str, TaskDataset]
+    dev: dict[str, TaskDataset]
+    bad_rows: list[BadRows]
+
+
+def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
+    """Load every task's splits, get the tokenizer and tokenize (once per content: cached).
+
+    Relative paths in cfg resolve against the current directory.
+    """
+    splits, bad_rows = load_splits(cfg)
+    for bad in bad_rows:
+        if bad.total and log is not None:
+            log(bad.summary())
+    train_texts = [t for train, _ in splits.values() for e in train for t in (e.text, e.text2) if t]
+    tokenizer = get_tokenizer(cfg, train_texts)
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    cache_dir = Path(cfg.data.cache_dir)
+    train: dict[str, TaskDataset] = {}
+    dev: dict[str, TaskDataset] = {}
+    for name, (train_ex, dev_ex) in splits.items():
+        task = get_task(name)
+        for split, examples, out in (("train", train_ex, train), ("dev", dev_ex, dev)):
+            out[name] = encode_cached(tokenizer, fingerprint, examples, task, cfg.pairs.encoding,
+                                      cfg.model.max_length, cache_dir, split)
+    return Prepared(tokenizer, train, dev, bad_rows)

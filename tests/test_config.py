@@ -1,0 +1,66 @@
+"""Typed config: overrides, loud errors naming the key path, flattening for MLflow."""
+import subprocess
+import sys
+
+import pytest
+
+from mtbert.config import ConfigError, build_config, flatten, load_config
+
+
+def test_defaults_and_overrides():
+    cfg = build_config({}, ["optim.lr=3e-4", "sharing.head_regime=S-I-S", "tasks=[sst,sts]",
+                            "loss.weights={sst: 0.7, sts: 0.3}", "sharing.encoder_shared_layers=null"])
+    assert cfg.optim.lr == 3e-4 and cfg.tasks == ["sst", "sts"]
+    assert cfg.head_regime() == ["S", "I", "S"]
+    assert cfg.loss_weight("sst") == 0.7 and cfg.sharing.encoder_shared_layers is None
+    flat = flatten(cfg)
+    assert flat["optim.lr"] == 3e-4 and flat["loss.weights.sts"] == 0.3
+    assert "model.tiny.layers" in flat
+
+
+def test_equal_weights_by_default():
+    cfg = build_config({})
+    assert [cfg.loss_weight(t) for t in cfg.tasks] == pytest.approx([1 / 3] * 3)
+
+
+@pytest.mark.parametrize("raw, overrides, message", [
+    ({"sharing": {"head_regim": "S-S-S"}}, [], "sharing.head_regim: unknown key (did you mean 'sharing.head_regime'?)"),
+    ({}, ["optim.lr=fast"], "optim.lr: expected float, got 'fast'"),
+    ({}, ["train.epochs=2.5"], "train.epochs: expected int, got 2.5"),
+    ({}, ["sampling.strategy=random"], "sampling.strategy: expected one of round_robin"),
+    ({}, ["tasks=[sst, paraphrase]"], "tasks[1]: unknown task 'paraphrase' (did you mean 'para'?)"),
+    ({}, ["sharing.head_regime=S-X-I"], "sharing.head_regime"),
+    ({}, ["sharing.head_share_tasks=[para, nli]"], "sharing.head_share_tasks: 'nli'"),
+    ({}, ["loss.pcgrad=true"], "loss.pcgrad: needs a loss for several tasks"),
+    ({}, ["loss.weights={sst: -1}"], "loss.weights.sst: must be >= 0"),
+    ({}, ["data.source=cs224n"], "data.dir: required"),
+    ({"model": "bert"}, [], "model: expected a mapping"),
+])
+def test_errors_name_the_key(raw, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        build_config(raw, overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  lr: [1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: line \d+"):
+        load_config(bad)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("optim:\n  lrr: 0.1\n")
+    with pytest.raises(ConfigError, match=r"typo.yaml: optim.lrr: unknown key \(did you mean 'optim.lr'\?\)"):
+        load_config(typo)
+
+
+def test_cli_prints_one_line_without_traceback(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sharing:\n  head_regime: S-S-Q\n")
+    proc = subprocess.run([sys.executable, "-m", "mtbert.cli", "train", "--config", str(cfg),
+                           "--output", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "sharing.head_regime" in proc.stderr
