@@ -73,8 +73,8 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
             if on_bad_row == "error":
                 raise DataError(f"{path}: row {line}: {reason}{detail}")
             bad.add(line, reason)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
         raise DataError(f"{path}: unreadable ({exc})") from None
     return examples, bad

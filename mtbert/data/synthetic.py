@@ -8,7 +8,7 @@ data (a task added in a test or a plug-in included):
   regression). Cancelling pairs (e.g. "superb ... dull ... bad") make the model add, not
   just spot a word.
 - pair: sentence b keeps a fraction of sentence a's words. Binary: a light rewrite of a
-  (synonyms, a swap) vs a sentence sharing at most half of a's words. Regression and
+  (synonyms, a swap) vs an unrelated sentence or one sharing a word or two. Regression and
   multiclass: the label follows the kept fraction.
 
 The lexicon is fixed (real English words, so a pretrained tokenizer splits them sensibly);
