@@ -18,6 +18,8 @@ install: $(VENV)/.installed
 
 demo: install
 	$(BIN)/mtbert sweep run sweeps/smoke.yaml
+	$(BIN)/mtbert leaderboard --experiment smoke
+	@echo "Browse every run: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db"
 
 test: install
 	$(BIN)/python -m pytest -q

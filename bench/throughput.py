@@ -112,8 +112,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="tiny,minilm")
     ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off")
+    # One thread by default: on a small shared machine, intra-op threads that wait on each
+    # other turn load from other processes into 10x swings that no alternation can cancel.
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
     only = args.only.split(",")
     for model in args.models.split(","):
         if model == "minilm" and not MINILM.is_dir():

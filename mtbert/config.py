@@ -7,6 +7,7 @@ names as MLflow params, so YAML, CLI and the tracking UI all read alike.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import types
@@ -273,6 +274,10 @@ def _build(tp, value: Any, path: str):
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
 
 
+# Public name: the sweep spec types its own schema with the same rules and messages.
+coerce = _build
+
+
 def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
@@ -344,8 +349,8 @@ def read_yaml(path: str | Path) -> dict:
 
 def build_config(raw: dict | None = None, overrides: list[str] | dict | None = None,
                  source: str = "config") -> Config:
-    """Build and validate a Config from a plain dict plus overrides."""
-    raw = dict(raw or {})
+    """Build and validate a Config from a plain dict plus overrides (the input is not modified)."""
+    raw = copy.deepcopy(raw or {})
     items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides or [])
     for key, value in items:
         set_dotted(raw, key, value)

@@ -1,0 +1,90 @@
+"""`mtbert sweep run|resume` and `mtbert leaderboard`, registered into mtbert's CLI."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _exit_code(outcome) -> int:
+    """0 only for a sweep that ran every trial to the end; CI should notice a failed trial."""
+    return 0 if outcome.status == "FINISHED" and outcome.failed == 0 else 1
+
+
+def cmd_sweep_run(args: argparse.Namespace) -> int:
+    from orchestration.launch import run_sweep
+
+    outcome = run_sweep(args.file, overrides=args.set, smoke=args.smoke, name=args.name,
+                        address=args.address, tracking_uri=args.tracking_uri, num_cpus=args.num_cpus,
+                        storage=args.storage)
+    return _exit_code(outcome)
+
+
+def cmd_sweep_resume(args: argparse.Namespace) -> int:
+    from orchestration.launch import resume_sweep
+
+    outcome = resume_sweep(args.sweep, address=args.address, num_cpus=args.num_cpus)
+    return _exit_code(outcome)
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from orchestration.leaderboard import leaderboard
+    from orchestration.paths import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri, None)
+    plot = args.plot
+    if plot is None:
+        plot = Path(args.output).with_suffix(".pareto.png") if args.output else Path("runs") / f"{args.experiment}-pareto.png"
+    text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output} ({len(table)} rows, sweep {parent.info.run_name})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    print(f"Pareto plot: {plot} (also logged to parent run {parent.info.run_id})", file=sys.stderr)
+    return 0
+
+
+def _ray_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    sweep = subparsers.add_parser("sweep", help="run or resume a sweep (Ray Tune + MLflow)")
+    sweep_sub = sweep.add_subparsers(dest="sweep_command", required=True)
+
+    run = sweep_sub.add_parser("run", help="run a sweep file")
+    run.add_argument("file", help="sweep YAML, e.g. sweeps/smoke.yaml")
+    _ray_options(run)
+    run.add_argument("--tracking-uri", help="MLflow store (default: the sweep's tracking.uri, "
+                     "$MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a base config key (optim.lr=1e-4) or a sweep key (num_samples=4)")
+    run.add_argument("--smoke", action="store_true", help="shrink to seconds: tiny model, synthetic data, "
+                     "2 epochs of a few steps, few trials (CI runs every sweep this way)")
+    run.add_argument("--name", help="name of this sweep run (default: <sweep>-<date>-<time>)")
+    run.add_argument("--storage", help="Ray Tune storage folder (default: <cwd>/runs)")
+    run.set_defaults(func=cmd_sweep_run)
+
+    resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died")
+    resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>")
+    _ray_options(resume)
+    resume.set_defaults(func=cmd_sweep_resume)
+    try:  # submit | status | stop: sweeps as Ray Jobs on a cluster
+        from orchestration.jobs import add_job_commands
+    except ImportError:
+        add_job_commands = None
+    if add_job_commands is not None:
+        add_job_commands(sweep_sub)
+
+    board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")
+    board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
+    board.add_argument("--sweep", help="parent run id or name (default: the latest sweep)")
+    board.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
+    board.add_argument("--sort", default="overall", help="column to sort by (baseline stays first)")
+    board.add_argument("--output", help="write the table here instead of stdout")
+    board.add_argument("--plot", help="Pareto plot PNG (default: next to --output, else runs/<experiment>-pareto.png)")
+    board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    board.set_defaults(func=cmd_leaderboard)

@@ -1,0 +1,65 @@
+"""Short human labels for trial configurations, shared by the progress lines and the
+leaderboard: `I-S-S k=2 freeze=1` for the regime, `3.2e-04` for a learning rate,
+`[.40 .20 .40]` for loss weights (in the order of `tasks`)."""
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+# Columns of their own in the leaderboard; every other swept key joins the regime label.
+OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr", "loss.weights",
+               "train.seed")
+SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
+               "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
+               "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",
+               "train.batch_size": "bs", "heads.dropout": "dropout", "loss.smart.weight": "smart"}
+
+
+def parse_param(text: Any) -> Any:
+    """MLflow params are strings; read back numbers, lists, dicts, None and booleans."""
+    if not isinstance(text, str):
+        return text
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return text
+
+
+def fmt_lr(value: Any) -> str:
+    value = parse_param(value)
+    return f"{value:.1e}" if isinstance(value, (int, float)) else str(value)
+
+
+def fmt_weights(weights: Any, tasks: list[str]) -> str:
+    weights = parse_param(weights)
+    if not isinstance(weights, dict) or not weights:
+        return "equal"
+    return "[" + " ".join(f"{float(weights.get(t, 0.0)):.2f}".lstrip("0") or "0" for t in tasks) + "]"
+
+
+def fmt_value(value: Any) -> str:
+    value = parse_param(value)
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):
+        return "{" + ",".join(map(str, value)) + "}"
+    return str(value)
+
+
+def regime_label(config: dict[str, Any], swept: list[str], defaults: dict[str, Any]) -> str:
+    """Head regime + encoder sharing k + every other swept key whose value is not the default.
+    `config` is flat (dotted keys), typed or as MLflow strings."""
+    parts = [str(config.get("sharing.head_regime", "?"))]
+    k = parse_param(config.get("sharing.encoder_shared_layers"))
+    parts.append("k=all" if k is None else f"k={k}")
+    for key in swept:
+        if key in OWN_COLUMNS or key not in config:
+            continue
+        value = parse_param(config[key])
+        if value == defaults.get(key):
+            continue
+        parts.append(f"{SHORT_NAMES.get(key, key)}={fmt_value(value)}")
+    return " ".join(parts)

@@ -1,0 +1,397 @@
+"""Run and resume sweeps: sweep file -> validated plan -> Ray Tune -> MLflow.
+
+Order matters and is the point of this module: everything that can fail on user input
+(sweep file, every planned config, the tracking store, the data) fails before Ray starts a
+single trial.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from orchestration.errors import SweepError, TrackingUnavailable
+from orchestration.paths import resolve_tracking_uri, runs_dir
+from orchestration.plan import Planner
+from orchestration.spec import Sweep, load_sweep
+from orchestration.tm import __doc__ as TM_DOC
+from orchestration.tracking import SweepTracking, check_tracking, git_commit
+
+STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
+DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
+
+
+@dataclass
+class SweepOutcome:
+    name: str
+    run_dir: str
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str
+    status: str
+    trials: int = 0
+    finished: int = 0
+    stopped_early: int = 0
+    failed: int = 0
+    wall_s: float = 0.0
+    trial_time_s: float = 0.0  # summed wall time of the trial functions (Tune's time_total_s)
+    train_time_s: float = 0.0  # summed training-step time (train()'s train_time_s)
+    logging_s: float = 0.0  # driver time in MLflow calls
+    best: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- pieces
+
+def _prepare_data(planner: Planner, log: Callable[[str], None]) -> None:
+    """Tokenize once per distinct data setup, in the driver, so every trial hits the cache."""
+    from mtbert.config import build_config, flatten
+    from mtbert.data.tokenize import prepare
+
+    seen = set()
+    t0 = time.perf_counter()
+    for trial in planner.fixed_trials():
+        flat = flatten(trial["config"])
+        signature = json.dumps({k: v for k, v in flat.items() if k.startswith(DATA_KEYS)},
+                               sort_keys=True, default=str)
+        if signature not in seen:
+            seen.add(signature)
+            prepare(build_config(trial["config"]), log=None)
+    log(f"data: {len(seen)} setup(s) tokenized in {time.perf_counter() - t0:.1f}s; "
+        f"trials read them from the cache {planner.sweep.base['data']['cache_dir']}")
+
+
+def _init_ray(address: str | None, num_cpus: int | None) -> bool:
+    """Local Ray by default; --address or $RAY_ADDRESS joins a cluster. Returns is_local."""
+    import logging
+
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    # Trial stdout goes to each trial's train.log; the console keeps the compact progress.
+    common = dict(log_to_driver=False, logging_level=logging.WARNING, ignore_reinit_error=True)
+    if ray.is_initialized():
+        return not address
+    if address:
+        root = Path(__file__).resolve().parents[1]
+        ray.init(address=address, runtime_env={"py_modules": [str(root / "mtbert"), str(root / "orchestration")]},
+                 **common)
+        return False
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+    return True
+
+
+def _check_resources(sweep: Sweep, local: bool, log: Callable[[str], None]) -> None:
+    import ray
+
+    have = ray.cluster_resources()
+    want = sweep.spec.resources
+    short = [(name, need, have.get(key, 0.0)) for name, key, need in
+             (("cpu", "CPU", want.cpu), ("gpu", "GPU", want.gpu)) if need > have.get(key, 0.0)]
+    for name, need, got in short:
+        message = (f"resources.{name}: each trial asks for {need:g} but the Ray cluster has {got:g}; "
+                   "no trial could ever start")
+        if local:
+            raise SweepError(f"{sweep.source}: {message}")
+        log(f"warning: {message} (unless the cluster autoscales)")
+
+
+def _check_nodes(configs: list[dict[str, Any]], storage_dir: Path) -> None:
+    """On a cluster every node must see the data, a local model and one shared Tune storage."""
+    from orchestration.remote import check_paths_on_nodes, check_shared_storage, input_paths
+
+    check_paths_on_nodes(input_paths(configs))
+    check_shared_storage(storage_dir)
+
+
+def _quiet_tune() -> None:
+    # Our ProgressPrinter is the console output: Tune's own tables and banners go, and the
+    # snapshot warning too (num_to_keep=1 forces a state snapshot per checkpoint, which is
+    # what keeps `sweep resume` close to where the driver died).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # A failed trial is one line from ProgressPrinter (and its error tag in MLflow); Tune's
+    # traceback of the same failure stays in the trial's error.txt.
+    import logging
+
+    logging.getLogger("ray.tune.execution.tune_controller").setLevel(logging.CRITICAL)
+
+
+def _trial_name(trial) -> str:
+    return trial.config["key"]
+
+
+def _trial_dirname(trial) -> str:
+    return f"{trial.config['key']}_{trial.trial_id}"
+
+
+def _trainable(cpu: float, gpu: float):
+    from ray import tune
+
+    from orchestration.trainable import run_trial
+
+    return tune.with_resources(run_trial, {"cpu": cpu, "gpu": gpu})
+
+
+def _search_space_doc(sweep: Sweep, planner: Planner) -> str:
+    doc = {
+        "sweep": sweep.name, "file": sweep.source, "smoke": sweep.smoke,
+        "algorithm": sweep.spec.search.algorithm, "search_seed": sweep.spec.search.seed,
+        "objectives": [list(o) for o in sweep.objectives], "num_samples": sweep.spec.num_samples,
+        "scheduler": asdict(sweep.spec.scheduler), "seeds": sweep.seeds, "baseline": sweep.baseline,
+        "dimensions": {d.key: d.describe() for d in sweep.dims},
+        "trials": [{"key": t["key"], "role": t["role"], "values": t["values"]} for t in planner.fixed_trials()],
+        "optuna_trials": planner.optuna_trials(),
+        "tm_relative_score": TM_DOC,
+        "notes": sweep.notes,
+    }
+    return json.dumps(doc, indent=2, default=str)
+
+
+def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
+    return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
+            "scheduler": sweep.spec.scheduler.type, "ray_experiment": str(run_dir),
+            "space_keys": ",".join(d.key for d in sweep.dims), "smoke": str(sweep.smoke).lower(),
+            "num_trials": str(total), "driver_host": socket.gethostname(),
+            "tasks": ",".join(sweep.base["tasks"])}
+
+
+# --------------------------------------------------------------------------- run / resume
+
+def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool = False,
+              name: str | None = None, address: str | None = None, tracking_uri: str | None = None,
+              num_cpus: int | None = None, storage: str | Path | None = None,
+              log: Callable[[str], None] = print, progress: bool = True) -> SweepOutcome:
+    t_start = time.perf_counter()
+    sweep = load_sweep(path, overrides, smoke)
+    uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
+    check_tracking(uri)
+    from orchestration.scheduler import make_scheduler, tune_metric
+    from orchestration.searcher import make_searcher
+
+    planner = Planner(sweep)
+    searcher = make_searcher(planner)  # expands and validates every grid/random point
+    total = searcher.total_trials
+    run_name = name or f"{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    storage_dir = Path(storage).resolve() if storage else runs_dir()
+    run_dir = storage_dir / run_name
+    if (run_dir / "tuner.pkl").exists():
+        raise SweepError(f"{run_dir} already holds a sweep; continue it with "
+                         f"`mtbert sweep resume {run_name}` or pick another --name")
+    for note in sweep.notes:
+        log(note)
+    _prepare_data(planner, log)
+    local = _init_ray(address, num_cpus)
+    _check_resources(sweep, local, log)
+    if not local:
+        _check_nodes([t["config"] for t in planner.fixed_trials()], storage_dir)
+
+    experiment = sweep.spec.tracking.experiment or sweep.name
+    commit = git_commit()
+    tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
+                                   _parent_tags(sweep, run_dir, total), commit)
+    tracking.log_parent_artifacts({
+        "sweep.yaml": sweep.text,
+        "search_space.json": _search_space_doc(sweep, planner),
+        "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
+    })
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / STATE_FILE).write_text(json.dumps({
+        "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
+        "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
+        "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
+        "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources),
+    }, indent=2))
+    log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline), {sweep.spec.search.algorithm} search, "
+        f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
+        f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
+
+    _quiet_tune()
+    from ray import tune
+
+    metric, mode = tune_metric(sweep)
+    from orchestration.callbacks import ProgressPrinter, TrackingCallback
+
+    printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1])
+    tuner = tune.Tuner(
+        _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=total,
+            metric=metric, mode=mode, max_concurrent_trials=sweep.spec.max_concurrent,
+            reuse_actors=True, trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),
+        run_config=tune.RunConfig(
+            name=run_name, storage_path=str(storage_dir), verbose=0,
+            failure_config=tune.FailureConfig(max_failures=sweep.spec.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            callbacks=[TrackingCallback(tracking), *([printer] if progress else [])]),
+    )
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log)
+
+
+def check_shared_storage_of(storage_dir: Path) -> None:
+    from orchestration.remote import check_shared_storage
+
+    check_shared_storage(storage_dir)
+
+
+def _find_run_dir(path_or_name: str) -> Path:
+    candidate = Path(path_or_name)
+    if not (candidate / STATE_FILE).is_file():
+        candidate = runs_dir() / path_or_name
+    if not (candidate / STATE_FILE).is_file():
+        raise SweepError(f"{path_or_name}: not a sweep folder (no {STATE_FILE}); give the folder "
+                         f"under runs/ or its name")
+    if not (candidate / "tuner.pkl").is_file():
+        raise SweepError(f"{candidate}: the sweep died before Ray Tune saved its state; run it again")
+    return candidate.resolve()
+
+
+def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | None = None,
+                 log: Callable[[str], None] = print) -> SweepOutcome:
+    """Continue a sweep whose driver died: Tune restores its trials (unfinished ones from
+    their last checkpoints) and every trial finds its own MLflow run again by trial_key."""
+    t_start = time.perf_counter()
+    run_dir = _find_run_dir(path_or_name)
+    state = json.loads((run_dir / STATE_FILE).read_text())
+    check_tracking(state["tracking_uri"])
+    if not _init_ray(address, num_cpus):
+        check_shared_storage_of(run_dir.parent)
+    tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
+                             state["sweep"], state.get("git_commit"))
+    tracking.reopen_parent()
+    _quiet_tune()
+    from ray import tune
+
+    resources = state["resources"]
+    tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
+                               resume_unfinished=True, resume_errored=True)
+    log(f"resuming sweep {run_dir.name} | MLflow {state['tracking_uri']} parent run {state['parent_run_id']}")
+    return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], state["total_trials"],
+                t_start, log)
+
+
+def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
+         total: int, t_start: float, log: Callable[[str], None]) -> SweepOutcome:
+    status = "FAILED"
+    results = None
+    try:
+        results = tuner.fit()
+        ended = results.num_terminated + results.num_errors
+        # Tune returns normally after a Ctrl-C too, with trials left unfinished.
+        status = "FINISHED" if ended >= total else "KILLED"
+        if status == "KILLED":
+            log(f"interrupted after {ended} of {total} trials; continue with "
+                f"`mtbert sweep resume {run_name}`")
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    except Exception as exc:
+        if _is_tracking_error(exc):
+            raise TrackingUnavailable(
+                f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
+                f"the sweep: `mtbert sweep resume {run_name}` once the store is back") from None
+        raise
+    finally:
+        _close(tracking, results, status, log)
+    outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
+    _summary(outcome, log)
+    return outcome
+
+
+def _is_tracking_error(exc: BaseException) -> bool:
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(exc, (MlflowException, requests.RequestException))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None]) -> None:
+    """Whatever ended the sweep: TM scores backfilled, no run left RUNNING, parent closed.
+    Each step is attempted on its own, so one failing (the store gone) neither skips the
+    others nor hides the error that ended the sweep."""
+    from orchestration.leaderboard import log_pareto
+
+    steps = [("reconcile trial runs", lambda: results is not None and _reconcile(tracking, results)),
+             ("TM-relative scores", lambda: tracking.backfill_tm(final_pass=True)),
+             ("Pareto plot", lambda: log_pareto(tracking)),
+             ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED"), log)),
+             ("close the parent run", lambda: tracking.end_parent(status))]
+    for what, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log(f"warning: {what} failed: {_first_line(exc)}")
+
+
+def _report_closed(n: int, log: Callable[[str], None]) -> None:
+    if n:
+        log(f"closed {n} unfinished trial run(s) as KILLED")
+
+
+def _reconcile(tracking: SweepTracking, results) -> None:
+    """A trial Tune finished while the driver was being killed can miss its MLflow close;
+    close it from Tune's own record."""
+    open_runs = {r.data.tags.get("trial_key"): r for r in tracking.children() if r.info.status == "RUNNING"}
+    for result in results:
+        key = (result.config or {}).get("key")
+        run = open_runs.get(key)
+        if run is None:
+            continue
+        history = tracking.history(run.info.run_id)
+        if result.error is None:
+            tracking.finish(run.info.run_id, result.config, history, "FINISHED")
+        else:
+            tracking.finish(run.info.run_id, result.config, history, "FAILED",
+                            error=str(result.error).strip().splitlines()[-1][:500])
+
+
+def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,
+             status: str, t_start: float) -> SweepOutcome:
+    outcome = SweepOutcome(run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id,
+                           status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s)
+    best_value = None
+    for run in tracking.children():
+        outcome.trials += 1
+        tags, metrics = run.data.tags, run.data.metrics
+        if run.info.status == "FAILED":
+            outcome.failed += 1
+        elif run.info.status == "FINISHED":
+            outcome.finished += 1
+            outcome.stopped_early += tags.get("stopped_early") == "true"
+        outcome.train_time_s += metrics.get("train_time_s", 0.0)
+        if "overall" in metrics and (best_value is None or metrics["overall"] > best_value):
+            best_value = metrics["overall"]
+            outcome.best = {"trial_key": tags.get("trial_key"), "overall": metrics["overall"],
+                            "tm_relative_score": metrics.get("tm_relative_score")}
+    if results is not None:
+        outcome.trial_time_s = sum(float((r.metrics or {}).get("time_total_s", 0.0)) for r in results)
+    return outcome
+
+
+def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
+    best = ""
+    if o.best:
+        tm = o.best.get("tm_relative_score")
+        best = (f"; best overall {o.best['overall']:.4f} ({o.best['trial_key']}"
+                + (f", TM-relative {tm:.3f}" if tm is not None else "") + ")")
+    minutes, seconds = divmod(int(o.wall_s), 60)
+    log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
+        f"({o.stopped_early} stopped early), {o.failed} failed{best}")
+    log(f"table: mtbert leaderboard --experiment {o.experiment} --tracking-uri {o.tracking_uri}")
+    if o.tracking_uri.startswith("sqlite:"):
+        log(f"browse: mlflow ui --backend-store-uri {o.tracking_uri}   (then open http://127.0.0.1:5000)")
+    else:
+        log(f"browse: open {o.tracking_uri} in a browser")
+
+
+__all__ = ["run_sweep", "resume_sweep", "SweepOutcome", "STATE_FILE"]

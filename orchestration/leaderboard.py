@@ -1,0 +1,316 @@
+"""The sweep as the papers print it (mops-tm-relative-score.txt, Tables 1 and 2).
+
+    mtbert leaderboard --experiment smoke --format md
+
+One row per configuration: regime (head regime, encoder sharing k, and any other swept key
+off its default), learning rate, loss weights, best dev overall and its epoch, the task
+scores at that epoch, train time, model size and TM-relative score. The baseline is marked
+with * and pinned first, as in the paper. A configuration run under several seeds is one
+row of mean ± std (n). Runs come from MLflow (pandas): the child runs of one sweep's parent
+run, by default the experiment's latest sweep.
+
+Differences from the paper's tables, on purpose: epochs are 1-based; model size is in MB;
+the TM-relative column is the ratio itself (the baseline scores 1.0), where the paper prints
+it multiplied by the baseline's overall score.
+
+The Pareto plot puts overall against train time on the full-epoch-budget basis (tm_time_s,
+see tm.py), so trials ASHA stopped are not drawn as cheap; marker size and colour give
+model size; the non-dominated configurations are joined by a step line.
+"""
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mtbert.tasks import TASKS
+from orchestration.errors import SweepError
+from orchestration.labels import fmt_lr, fmt_weights, parse_param, regime_label
+
+FORMATS = ("md", "csv", "latex", "html")
+# Column key -> header; task columns are added from the registry (metric name -> label).
+TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
+NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "tm_relative_score"]
+LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "peak_memory_mb", "best_epoch"}
+
+
+# --------------------------------------------------------------------------- reading MLflow
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def find_sweep(uri: str, experiment: str, sweep: str | None = None):
+    """(experiment id, parent run) for a sweep: by run id or name, else the latest one."""
+    client = _client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        names = [e.name for e in client.search_experiments(max_results=50)]
+        raise SweepError(f"--experiment {experiment}: no such experiment in {uri}"
+                         + (f" (have: {', '.join(names)})" if names else ""))
+    flt = "tags.role = 'sweep'"
+    if sweep:
+        runs = client.search_runs([exp.experiment_id], f"{flt} and attributes.run_id = '{sweep}'", max_results=1) \
+            if len(sweep) == 32 and all(c in "0123456789abcdef" for c in sweep) else []
+        runs = runs or client.search_runs([exp.experiment_id], f"{flt} and attributes.run_name = '{sweep}'",
+                                          max_results=1)
+        if not runs:
+            raise SweepError(f"--sweep {sweep}: no sweep run with that id or name in experiment '{experiment}'")
+        return exp.experiment_id, runs[0]
+    runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise SweepError(f"--experiment {experiment}: holds no sweep runs yet")
+    return exp.experiment_id, runs[0]
+
+
+def child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_ids=[experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              output_format="pandas", max_results=50000)
+
+
+# --------------------------------------------------------------------------- the table
+
+def _col(df: pd.DataFrame, name: str) -> pd.Series:
+    return df[name] if name in df.columns else pd.Series([None] * len(df), index=df.index)
+
+
+def _weights(params: dict[str, Any]) -> Any:
+    """flatten() spreads a weight mapping over loss.weights.<task> params."""
+    spread = {k[len("loss.weights."):]: v for k, v in params.items() if k.startswith("loss.weights.")}
+    return {t: parse_param(v) for t, v in spread.items()} if spread else params.get("loss.weights")
+
+
+def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
+    """One row per configuration (seeds grouped); numeric columns carry _std and n."""
+    from mtbert.config import Config, flatten
+
+    if runs.empty:
+        return pd.DataFrame()
+    done = runs[runs["status"] == "FINISHED"].copy()
+    if done.empty:
+        return pd.DataFrame()
+    tasks = [t for t in parent_tags.get("tasks", "sst,para,sts").split(",") if t]
+    task_metrics = [TASKS[t].metric_name for t in tasks if t in TASKS]
+    swept = [k for k in parent_tags.get("space_keys", "").split(",") if k]
+    defaults = flatten(Config())
+    rows = []
+    for _, run in done.iterrows():
+        # Columns are the union over runs: a param this run lacks reads as NaN.
+        params = {c[len("params."):]: run[c] for c in runs.columns
+                  if c.startswith("params.") and isinstance(run[c], str)}
+        row: dict[str, Any] = {
+            "variant": run.get("tags.variant"), "role": run.get("tags.role"), "seed": run.get("tags.seed"),
+            "regime": regime_label(params, swept, defaults),
+            "lr": fmt_lr(params.get("optim.lr")),
+            "weights": fmt_weights(_weights(params), tasks),
+            "stopped_early": run.get("tags.stopped_early") == "true",
+        }
+        for name in [*NUMERIC, *task_metrics, "tm_time_s"]:
+            value = run.get(f"metrics.{name}")
+            row[name] = float(value) if value is not None and not pd.isna(value) else math.nan
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    numeric = [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], "tm_time_s"]
+    grouped = []
+    for variant, group in frame.groupby("variant", sort=False):
+        first = group.iloc[0]
+        out = {k: first[k] for k in ("variant", "role", "regime", "lr", "weights")}
+        out["n"] = len(group)
+        out["stopped_early"] = int(group["stopped_early"].sum())
+        for name in numeric:
+            values = group[name].dropna()
+            out[name] = values.mean() if len(values) else math.nan
+            out[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
+        grouped.append(out)
+    table = pd.DataFrame(grouped)
+    table.attrs["task_metrics"] = task_metrics
+    table.attrs["tasks"] = tasks
+    return table
+
+
+def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
+    if table.empty:
+        return table
+    if key not in table.columns:
+        known = [c for c in table.columns if not c.endswith("_std")]
+        raise SweepError(f"--sort {key}: not a column; choose from {', '.join(known)}")
+    ascending = key in LOWER_IS_BETTER or table[key].dtype == object
+    base = table[table["role"] == "baseline"]
+    rest = table[table["role"] != "baseline"].sort_values(key, ascending=ascending, na_position="last")
+    out = pd.concat([base, rest], ignore_index=True)
+    out.attrs.update(table.attrs)
+    return out
+
+
+def _cell(mean: float, std: float, n: int, digits: int) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    text = f"{mean:.{digits}f}"
+    if n > 1 and not math.isnan(std):
+        text += f" ± {std:.{digits}f}"
+    return text
+
+
+def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Headers and formatted cells shared by md, latex and html."""
+    tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
+    task_metrics = table.attrs.get("task_metrics", [])
+    grouped = bool((table["n"] > 1).any()) if not table.empty else False
+    headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall", "Epoch",
+               *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)", "TM-rel."]
+    if grouped:
+        headers.append("n")
+    digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
+              "tm_relative_score": 3, **{m: 3 for m in task_metrics}}
+    rows = []
+    for _, r in table.iterrows():
+        n = int(r["n"])
+        label = r["regime"] + ("*" if r["role"] == "baseline" else "")
+        if r["stopped_early"]:
+            label += " †"
+        cells = [label, r["lr"], r["weights"]]
+        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "tm_relative_score"]:
+            cells.append(_cell(r[name], r[f"{name}_std"], n, digits[name]))
+        if grouped:
+            cells.append(str(n))
+        rows.append(cells)
+    return headers, rows
+
+
+CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
+           "Epoch is 1-based; seeds grouped as mean ± std.")
+
+
+def _markdown(headers: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    align = ["---"] * 3 + ["---:"] * (len(headers) - 3)
+    return "\n".join([line(headers), "| " + " | ".join(align) + " |", *map(line, rows), "", CAPTION]) + "\n"
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_escape(text: str) -> str:
+    out = "".join(_LATEX_ESCAPES.get(c, c) for c in text)
+    return out.replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("–", "--")
+
+
+def _latex(headers: list[str], rows: list[list[str]]) -> str:
+    spec = "lll" + "r" * (len(headers) - 3)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+             " & ".join(map(_latex_escape, headers)) + r" \\", r"\midrule"]
+    lines += [" & ".join(map(_latex_escape, row)) + r" \\" for row in rows]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(CAPTION)}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _html(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>\n" for row in rows)
+    return (f"<table class=\"mtbert-leaderboard\">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n"
+            f"<caption>{html.escape(CAPTION)}</caption>\n</table>\n")
+
+
+def _csv(table: pd.DataFrame) -> str:
+    # Machines get the numbers, not the formatted cells.
+    return table.to_csv(index=False)
+
+
+def render(table: pd.DataFrame, fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return _csv(table)
+    headers, rows = display_rows(table)
+    return {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows)
+
+
+# --------------------------------------------------------------------------- Pareto plot
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the non-dominated points for (time: lower better, score: higher better)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = table.dropna(subset=["overall", "tm_time_s"]) if not table.empty else table
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    if not data.empty:
+        sizes = data["model_size_mb"].fillna(0.0)
+        span = (sizes.max() - sizes.min()) or 1.0
+        marker = 40 + 260 * (sizes - sizes.min()) / span
+        points = ax.scatter(data["tm_time_s"], data["overall"], s=marker, c=sizes, cmap="viridis",
+                            alpha=0.8, edgecolors="black", linewidths=0.5)
+        fig.colorbar(points, ax=ax, label="model size (MB)")
+        base = data[data["role"] == "baseline"]
+        ax.scatter(base["tm_time_s"], base["overall"], marker="*", s=260, c="red", label="baseline", zorder=3)
+        xy = list(zip(data["tm_time_s"], data["overall"]))
+        front = [data.index[i] for i in pareto_front(xy)]
+        fx, fy = data.loc[front, "tm_time_s"], data.loc[front, "overall"]
+        ax.step(fx, fy, where="post", color="tab:red", linewidth=1, label="Pareto front")
+        for i in front:
+            ax.annotate(str(data.loc[i, "variant"]), (data.loc[i, "tm_time_s"], data.loc[i, "overall"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.legend(loc="best", fontsize=8)
+    ax.margins(0.12)
+    ax.set_xlabel("train time on the full epoch budget (s)")
+    ax.set_ylabel("best dev overall")
+    ax.set_title(title or "overall vs train time")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def log_pareto(tracking) -> bool:
+    """Draw the sweep's Pareto plot and log it to the parent run (artifact pareto.png)."""
+    import tempfile
+
+    parent = tracking.client.get_run(tracking.parent_run_id)
+    runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id)
+    table = build_table(runs, parent.data.tags)
+    if table.empty:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        path = plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
+        tracking.client.log_artifact(tracking.parent_run_id, str(path))
+    return True
+
+
+def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
+                sort: str = "overall", plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
+    """(rendered table, the table, the parent run); draws and logs the Pareto plot if `plot`."""
+    experiment_id, parent = find_sweep(uri, experiment, sweep)
+    runs = child_runs(uri, experiment_id, parent.info.run_id)
+    table = sort_table(build_table(runs, parent.data.tags), sort)
+    if table.empty:
+        raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
+    if plot is not None:
+        path = plot_pareto(table, plot, title=parent.info.run_name)
+        _client(uri).log_artifact(parent.info.run_id, str(path))
+    return render(table, fmt), table, parent

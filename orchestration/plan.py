@@ -1,0 +1,112 @@
+"""From a validated Sweep to the trials Ray Tune runs.
+
+Every trial's Tune config is self-contained (its full nested mtbert config included), so a
+restored sweep needs nothing but the experiment folder:
+
+    {"key": "p003-s1", "variant": "p003", "role": "search", "seed": 1,
+     "values": {"optim.lr": 3e-4, ...}, "config": {...full config...}}
+
+`key` names a trial across driver restarts (Tune trial ids can change when a sweep is
+resumed); MLflow child runs are found by it. `variant` groups one configuration's seeds.
+
+Grid and random search are expanded here, in the driver, with Ray's own variant generator
+(seeded), so every point is validated before launch and CI can list them. Optuna suggests
+points while the sweep runs; `Planner.from_raw` turns its raw parameters into a trial.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ray.tune.search.variant_generator import generate_variants
+
+from mtbert.config import ConfigError
+from orchestration.errors import SweepError
+from orchestration.spec import SMOKE_MAX_POINTS, Sweep
+
+BASELINE = "baseline"
+
+
+def trial_key(variant: str, seed: int) -> str:
+    return f"{variant}-s{seed}"
+
+
+@dataclass
+class Planner:
+    """Picklable: it travels inside the searcher when Tune checkpoints the sweep."""
+    sweep: Sweep
+    _fixed: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+
+    def trial(self, variant: str, role: str, values: dict[str, Any], seed: int) -> dict[str, Any]:
+        try:
+            config = self.sweep.config_for(values, seed)
+        except ConfigError as exc:
+            # Only Optuna combinations can get here (grid/random points are checked at load);
+            # the trial fails with this message and the sweep goes on.
+            config = {"__invalid__": str(exc).removeprefix("@: ")}
+        return {"key": trial_key(variant, seed), "variant": variant, "role": role, "seed": seed,
+                "values": values, "config": config}
+
+    def baseline_trials(self) -> list[dict[str, Any]]:
+        return [self.trial(BASELINE, "baseline", self.sweep.baseline, s) for s in self.sweep.seeds]
+
+    def decode(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return {dim.key: dim.decode(raw) for dim in self.sweep.dims}
+
+    def from_raw(self, raw: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
+        return self.trial(variant, "search", self.decode(raw), seed)
+
+    def raw_space(self, expand_grid: bool) -> dict[str, Any]:
+        space: dict[str, Any] = {}
+        for dim in self.sweep.dims:
+            space.update(dim.domains(expand_grid))
+        return space
+
+    def search_values(self) -> list[dict[str, Any]]:
+        """Grid/random: the searched configurations, in launch order (seeds not yet applied)."""
+        spec = self.sweep.spec
+        rng = np.random.RandomState(spec.search.seed)
+        space = self.raw_space(expand_grid=spec.search.algorithm == "grid")
+        points: list[dict[str, Any]] = []
+        for _ in range(spec.num_samples):
+            if not space:
+                points.append({})
+                continue
+            for _resolved, resolved_spec in generate_variants(space, random_state=rng):
+                points.append(self.decode(resolved_spec))
+        if self.sweep.smoke and len(points) > SMOKE_MAX_POINTS:
+            # Evenly spread, so a shrunk grid still touches its first and last values.
+            step = (len(points) - 1) / (SMOKE_MAX_POINTS - 1)
+            points = [points[round(i * step)] for i in range(SMOKE_MAX_POINTS)]
+        return points
+
+    def fixed_trials(self) -> list[dict[str, Any]]:
+        """Baseline trials first (so their scores exist early), then the expanded points under
+        every seed. Optuna sweeps get only the baselines here. Built (and validated) once."""
+        if self._fixed is None:
+            self._fixed = self._expand()
+        return self._fixed
+
+    def _expand(self) -> list[dict[str, Any]]:
+        trials = self.baseline_trials()
+        if self.sweep.spec.search.algorithm == "optuna":
+            return trials
+        points = self.search_values()
+        width = max(3, len(str(len(points))))
+        for i, values in enumerate(points):
+            variant = f"p{i:0{width}d}"
+            for seed in self.sweep.seeds:
+                trial = self.trial(variant, "search", values, seed)
+                if "__invalid__" in trial["config"]:
+                    raise SweepError(f"{self.sweep.source}: space point {values}: "
+                                     f"{trial['config']['__invalid__']}")
+                trials.append(trial)
+        return trials
+
+    def optuna_trials(self) -> int:
+        return self.sweep.spec.num_samples * len(self.sweep.seeds) if self.sweep.spec.search.algorithm == "optuna" else 0
+
+    def total_trials(self) -> int:
+        return len(self.fixed_trials()) + self.optuna_trials()
+

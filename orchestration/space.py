@@ -1,0 +1,302 @@
+"""Search-space dimensions: one small class per `type:` of a `space:` entry.
+
+A dimension turns its YAML mapping into (a) Ray Tune domains over *raw* parameters, which
+both Ray's variant generator (grid/random) and Optuna can sample, and (b) a `decode` from
+those raw parameters back to the config value. Categorical dimensions sample an index, not
+the value itself, because Optuna only accepts scalars as categories while a value may be a
+list or a weight mapping.
+
+    space:
+      sharing.head_regime: {type: grid, values: [I-I-I, S-I-I]}   # expanded by `grid` search
+      optim.lr: {type: loguniform, low: 1.0e-5, high: 1.0e-3}
+      freeze.layers: {type: randint, low: 0, high: 2}             # high is inclusive
+      loss.weights: {type: simplex, step: 0.25}                   # weights >= 0 summing to 1
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray import tune
+
+from orchestration.errors import SweepError
+
+SIMPLEX_SUM_TOLERANCE = 5e-3  # explicit weightings may be written rounded: 0.333 for 1/3
+SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay readable
+
+
+@dataclass
+class Dimension:
+    key: str  # dotted config key, e.g. "optim.lr"
+    where: str  # "sweeps/x.yaml: space.optim.lr", for error messages
+
+    type_name = ""
+
+    def check_values(self) -> list[Any]:
+        """Config values that must all validate before any compute (ranges: both ends)."""
+        raise NotImplementedError
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        """Raw parameter name -> Ray Tune domain (a grid_search only when `expand_grid`)."""
+        raise NotImplementedError
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+@dataclass
+class Categorical(Dimension):
+    """`grid` (expanded by grid search, sampled otherwise) and `choice` (always sampled)."""
+    values: list[Any] = field(default_factory=list)
+    expands: bool = True
+
+    @property
+    def type_name(self) -> str:  # type: ignore[override]
+        return "grid" if self.expands else "choice"
+
+    def check_values(self) -> list[Any]:
+        return list(self.values)
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        index = list(range(len(self.values)))
+        grid = expand_grid and self.expands
+        return {self.key: tune.grid_search(index) if grid else tune.choice(index)}
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        return self.values[int(raw[self.key])]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.type_name, "values": self.values}
+
+
+@dataclass
+class Uniform(Dimension):
+    low: float = 0.0
+    high: float = 1.0
+
+    type_name = "uniform"
+
+    def check_values(self) -> list[Any]:
+        return [self.low, self.high]
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        return {self.key: tune.uniform(self.low, self.high)}
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        return float(raw[self.key])
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.type_name, "low": self.low, "high": self.high}
+
+
+@dataclass
+class LogUniform(Uniform):
+    type_name = "loguniform"
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        return {self.key: tune.loguniform(self.low, self.high)}
+
+
+@dataclass
+class RandInt(Dimension):
+    low: int = 0
+    high: int = 1  # inclusive, unlike tune.randint
+
+    type_name = "randint"
+
+    def check_values(self) -> list[Any]:
+        return [self.low, self.high]
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        return {self.key: tune.randint(self.low, self.high + 1)}
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        return int(raw[self.key])
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.type_name, "low": self.low, "high": self.high, "inclusive": True}
+
+
+@dataclass
+class Simplex(Dimension):
+    """Loss weights: non-negative per-task weights summing to 1, as a `loss.weights` mapping.
+
+    With `values` (explicit weightings) or `step` (every lattice point with that spacing) it is
+    a finite set, expanded like `grid` under grid search. Without either it is continuous:
+    Dirichlet(1, ..., 1), drawn as normalised -log(u) of one uniform per task, so the same raw
+    parameters work for Ray's samplers and for Optuna.
+    """
+    tasks: list[str] = field(default_factory=list)
+    points: list[dict[str, float]] | None = None  # None = continuous
+
+    type_name = "simplex"
+
+    def check_values(self) -> list[Any]:
+        if self.points is not None:
+            return list(self.points)
+        n = len(self.tasks)
+        corners = [{t: float(i == j) for j, t in enumerate(self.tasks)} for i in range(n)]
+        return [{t: 1.0 / n for t in self.tasks}, *corners]
+
+    def _raw_name(self, task: str) -> str:
+        return f"{self.key}[{task}]"  # no '/', which Optuna's wrapper would turn into nesting
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        if self.points is not None:
+            index = list(range(len(self.points)))
+            return {self.key: tune.grid_search(index) if expand_grid else tune.choice(index)}
+        return {self._raw_name(t): tune.uniform(1e-9, 1.0) for t in self.tasks}
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        if self.points is not None:
+            return dict(self.points[int(raw[self.key])])
+        draws = [-math.log(max(float(raw[self._raw_name(t)]), 1e-12)) for t in self.tasks]
+        return round_simplex(dict(zip(self.tasks, (d / sum(draws) for d in draws))))
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type_name, "tasks": self.tasks}
+        if self.points is not None:
+            out["values"] = self.points
+        else:
+            out["distribution"] = "dirichlet(1)"
+        return out
+
+
+def round_simplex(weights: dict[str, float]) -> dict[str, float]:
+    """Round to SIMPLEX_DECIMALS and put the rounding error on the largest weight, so the
+    weights still sum to exactly 1 at that precision."""
+    out = {t: round(w, SIMPLEX_DECIMALS) for t, w in weights.items()}
+    top = max(out, key=out.get)
+    out[top] = round(1.0 - sum(w for t, w in out.items() if t != top), SIMPLEX_DECIMALS)
+    return out
+
+
+def simplex_lattice(tasks: list[str], step: float) -> list[dict[str, float]]:
+    """Every weighting whose weights are multiples of `step` and sum to 1."""
+    n = round(1 / step)
+    points = []
+    for combo in itertools.product(range(n + 1), repeat=len(tasks)):
+        if sum(combo) == n:
+            points.append({t: round(c / n, SIMPLEX_DECIMALS) for t, c in zip(tasks, combo)})
+    return points
+
+
+# --------------------------------------------------------------------------- parsing
+
+_FIELDS = {
+    "grid": {"type", "values"},
+    "choice": {"type", "values"},
+    "uniform": {"type", "low", "high"},
+    "loguniform": {"type", "low", "high"},
+    "randint": {"type", "low", "high"},
+    "simplex": {"type", "tasks", "values", "step"},
+}
+
+
+def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | int:
+    if isinstance(raw, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
+        try:
+            raw = float(raw)
+        except ValueError:
+            pass
+    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+    if ok and integer:
+        ok = float(raw).is_integer()
+    if not ok:
+        raise SweepError(f"{where}.{name}: expected {'int' if integer else 'number'}, got {raw!r}")
+    return int(raw) if integer else float(raw)
+
+
+def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) -> Dimension:
+    """One `space:` entry -> a Dimension. A bare list is shorthand for `{type: grid, values: [...]}`."""
+    if isinstance(raw, list):
+        raw = {"type": "grid", "values": raw}
+    if not isinstance(raw, dict):
+        raise SweepError(f"{where}: expected a mapping with 'type' (or a list of grid values), got {raw!r}")
+    kind = raw.get("type")
+    if kind not in _FIELDS:
+        close = difflib.get_close_matches(str(kind), _FIELDS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise SweepError(f"{where}.type: expected one of {', '.join(_FIELDS)}; got {kind!r}{hint}")
+    for name in raw:
+        if name not in _FIELDS[kind]:
+            close = difflib.get_close_matches(str(name), _FIELDS[kind], n=1, cutoff=0.5)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise SweepError(f"{where}.{name}: unknown key for type {kind}{hint}")
+
+    if kind in ("grid", "choice"):
+        values = raw.get("values")
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{where}.values: expected a non-empty list, got {values!r}")
+        return Categorical(key, where, values=values, expands=kind == "grid")
+    if kind in ("uniform", "loguniform"):
+        for name in ("low", "high"):
+            if name not in raw:
+                raise SweepError(f"{where}.{name}: required for type {kind}")
+        low, high = _number(raw["low"], "low", where), _number(raw["high"], "high", where)
+        if not low < high:
+            raise SweepError(f"{where}: low must be < high, got low={low}, high={high}")
+        if kind == "loguniform" and low <= 0:
+            raise SweepError(f"{where}.low: must be > 0 for loguniform, got {low}")
+        return (Uniform if kind == "uniform" else LogUniform)(key, where, low=low, high=high)
+    if kind == "randint":
+        for name in ("low", "high"):
+            if name not in raw:
+                raise SweepError(f"{where}.{name}: required for type randint")
+        low = _number(raw["low"], "low", where, integer=True)
+        high = _number(raw["high"], "high", where, integer=True)
+        if not low <= high:
+            raise SweepError(f"{where}: low must be <= high (both inclusive), got low={low}, high={high}")
+        return RandInt(key, where, low=low, high=high)
+    return _parse_simplex(key, raw, where, default_tasks)
+
+
+def _parse_simplex(key: str, raw: dict, where: str, default_tasks: list[str]) -> Simplex:
+    if key != "loss.weights":
+        raise SweepError(f"{where}: type simplex produces loss weights; use it on loss.weights")
+    tasks = raw.get("tasks", default_tasks)
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise SweepError(f"{where}.tasks: expected a non-empty list of task names, got {tasks!r}")
+    if len(set(tasks)) != len(tasks):
+        raise SweepError(f"{where}.tasks: duplicate task in {tasks}")
+    if "values" in raw and "step" in raw:
+        raise SweepError(f"{where}: give either values or step, not both")
+    points = None
+    if "step" in raw:
+        step = _number(raw["step"], "step", where)
+        if not 0 < step <= 1 or abs(1 / step - round(1 / step)) > 1e-6:
+            raise SweepError(f"{where}.step: must divide 1 evenly (e.g. 0.25, 0.2), got {step}")
+        points = simplex_lattice(tasks, step)
+    elif "values" in raw:
+        values = raw["values"]
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{where}.values: expected a non-empty list of weightings, got {values!r}")
+        points = [_weighting(v, tasks, f"{where}.values[{i}]") for i, v in enumerate(values)]
+    return Simplex(key, where, tasks=list(tasks), points=points)
+
+
+def _weighting(value: Any, tasks: list[str], where: str) -> dict[str, float]:
+    if isinstance(value, list):
+        if len(value) != len(tasks):
+            raise SweepError(f"{where}: expected {len(tasks)} weights (one per task in {tasks}), got {value!r}")
+        value = dict(zip(tasks, value))
+    if not isinstance(value, dict):
+        raise SweepError(f"{where}: expected a list of weights or a task -> weight mapping, got {value!r}")
+    out = {}
+    for task, w in value.items():
+        if task not in tasks:
+            raise SweepError(f"{where}.{task}: not one of the simplex tasks {tasks}")
+        w = _number(w, str(task), where)
+        if w < 0:
+            raise SweepError(f"{where}.{task}: weights must be >= 0, got {w}")
+        out[str(task)] = w
+    total = sum(out.values())
+    if abs(total - 1) > SIMPLEX_SUM_TOLERANCE:
+        raise SweepError(f"{where}: weights must sum to 1, got {total:g}")
+    return {t: out.get(t, 0.0) / total for t in tasks}

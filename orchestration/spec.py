@@ -1,0 +1,409 @@
+"""Sweep files: YAML -> a validated `Sweep`, checked end to end before any compute is spent.
+
+Like configs, a sweep fails at load with one line naming the file and key path: an unknown
+key gets the closest valid one, a wrong type gets path / expected / value, and *every value
+the search space can produce for a config key* is run through the config validation (and
+the encoder-depth checks), so a bad head regime in a choice fails now, not in trial 7.
+
+Top-level keys (see sweeps/*.yaml for commented examples):
+
+    base / base_config   the config every trial starts from (inline mapping and/or a file)
+    space                dotted config key -> dimension (grid, choice, uniform, loguniform,
+                         randint, simplex); see orchestration/space.py
+    search               algorithm grid|random|optuna, seed, metric, mode, objectives
+    scheduler            type fifo|asha, grace_period, reduction_factor, max_t
+    num_samples          grid: repeats of the grid; random/optuna: sampled configurations
+    max_concurrent, max_failures, resources {cpu, gpu}
+    baseline             config overrides of the baseline trial (TM-relative score = 1)
+    seeds                every configuration (and the baseline) runs under each seed
+    tracking             {uri, experiment}
+    smoke                overrides applied by --smoke, on top of the built-in smoke shrink
+
+`--set KEY=VALUE` and `smoke:` entries use one rule: a key whose first part is a sweep key
+(num_samples, search.seed, ...) changes the sweep; any other key (optim.lr, base.optim.lr)
+changes the base config.
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mtbert.config import (ConfigError, coerce, build_config, parse_override, read_yaml,
+                           set_dotted, to_dict)
+from mtbert.tasks import get_task
+from orchestration.errors import SweepError
+from orchestration.paths import absolute_config_paths
+from orchestration.space import Dimension, parse_dimension
+
+
+# --------------------------------------------------------------------------- schema
+
+@dataclass
+class SearchSpec:
+    algorithm: Literal["grid", "random", "optuna"] = "grid"
+    seed: int = 0  # seeds the sampler (random/optuna), not the trials (see `seeds`)
+    metric: str = "best_overall"  # a per-epoch metric of train(); best_overall = best dev overall so far
+    mode: Literal["max", "min"] = "max"
+    # optuna multi-objective, e.g. [best_overall max, train_time_s min, model_size_mb min]
+    objectives: list[str] | None = None
+
+
+@dataclass
+class SchedulerSpec:
+    type: Literal["fifo", "asha"] = "fifo"
+    grace_period: int = 1  # epochs before ASHA may stop a trial
+    reduction_factor: float = 2.0
+    max_t: int | None = None  # null = the largest train.epochs in the sweep
+
+
+@dataclass
+class ResourcesSpec:
+    cpu: float = 1.0
+    gpu: float = 0.0  # fractions share a GPU between trials, e.g. 0.5
+
+
+@dataclass
+class TrackingSpec:
+    uri: str | None = None  # null = --tracking-uri, $MLFLOW_TRACKING_URI, or sqlite:///<cwd>/mlflow.db
+    experiment: str | None = None  # null = the sweep name
+
+
+@dataclass
+class SweepFile:
+    name: str | None = None  # null = the file name without .yaml
+    description: str = ""
+    base_config: str | None = None  # relative to the sweep file
+    base: dict[str, Any] | None = None
+    space: dict[str, Any] = field(default_factory=dict)
+    search: SearchSpec = field(default_factory=SearchSpec)
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    num_samples: int = 1
+    max_concurrent: int | None = None  # null = as many as the resources allow
+    max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    baseline: dict[str, Any] | None = None  # null = the base config itself is the baseline
+    seeds: list[int] | None = None  # null = [base train.seed]
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    smoke: dict[str, Any] | None = None
+
+
+SWEEP_KEYS = {"name", "description", "search", "scheduler", "num_samples", "max_concurrent",
+              "max_failures", "resources", "seeds", "tracking"}
+
+# Per-epoch keys of train()'s report that a search metric or objective may name.
+REPORTED_METRICS = {"overall", "best_overall", "overall_cs224n", "train_time_s", "epoch_time_s",
+                    "model_size_mb", "peak_memory_mb", "seq_per_s", "pad_fraction",
+                    "params_total", "params_trainable"}
+
+# --smoke: any sweep shrinks to seconds on a laptop or CI runner.
+SMOKE_CONFIG: dict[str, Any] = {
+    "model.name_or_path": "tiny",
+    "model.tiny.layers": 2,
+    "model.tiny.hidden": 32,
+    "model.tiny.heads": 2,
+    "model.tiny.intermediate": 64,
+    "model.max_length": 32,
+    "data.source": "synthetic",
+    "data.synthetic.train_size": 96,
+    "data.synthetic.dev_size": 48,
+    "data.max_train_examples": None,
+    "data.max_dev_examples": None,
+    "train.epochs": 2,
+    "train.batch_size": 8,
+    "train.device": "cpu",
+    "sampling.steps_per_epoch": 4,
+}
+SMOKE_MAX_POINTS = 3  # searched configurations per seed (plus the baseline)
+SMOKE_MAX_TINY_LAYERS = 12
+DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
+
+
+@dataclass
+class Sweep:
+    """A validated sweep: everything the launcher needs, nothing left to check."""
+    source: str  # the sweep file as given
+    text: str  # its YAML, logged as an artifact of the parent run
+    name: str
+    spec: SweepFile
+    base: dict[str, Any]  # nested base config, paths absolute, validated
+    dims: list[Dimension]
+    baseline: dict[str, Any]  # dotted overrides of the baseline trial
+    seeds: list[int]
+    smoke: bool = False
+    notes: list[str] = field(default_factory=list)  # e.g. dimensions pinned by --smoke
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, mode) pairs; one pair unless optuna multi-objective."""
+        if self.spec.search.objectives:
+            return [tuple(o.split()) for o in self.spec.search.objectives]  # type: ignore[misc]
+        return [(self.spec.search.metric, self.spec.search.mode)]
+
+    def config_for(self, values: dict[str, Any], seed: int) -> dict[str, Any]:
+        """The full nested config of one trial (validated); raises ConfigError."""
+        raw = copy.deepcopy(self.base)
+        for key, value in values.items():
+            set_dotted(raw, key, copy.deepcopy(value))
+        set_dotted(raw, "train.seed", seed)
+        return to_dict(_validated(absolute_config_paths(raw)))
+
+    def epoch_budget(self) -> int:
+        budgets = [int(self.base["train"]["epochs"])]
+        for dim in self.dims:
+            if dim.key == "train.epochs":
+                budgets += [int(v) for v in dim.check_values()]
+        if "train.epochs" in self.baseline:
+            budgets.append(int(self.baseline["train.epochs"]))
+        return max(budgets)
+
+
+def _validated(raw: dict[str, Any]):
+    from mtbert.model.encoder import check_against_encoder
+
+    cfg = build_config(raw, source="@")
+    try:
+        check_against_encoder(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"@: {exc}") from None
+    return cfg
+
+
+def _config_error(exc: ConfigError, where: str, key: str | None = None) -> SweepError:
+    msg = str(exc).removeprefix("@: ")
+    if key and msg.startswith(f"{key}: "):
+        msg = msg[len(key) + 2:]
+    return SweepError(f"{where}: {msg}")
+
+
+# --------------------------------------------------------------------------- loading
+
+def split_overrides(items: list[str] | dict[str, Any] | None, where: str) -> tuple[dict, dict]:
+    """--set / smoke entries -> (sweep-level overrides, base-config overrides), both dotted."""
+    pairs = items.items() if isinstance(items, dict) else map(parse_override, items or [])
+    sweep_level, config = {}, {}
+    for key, value in pairs:
+        head = key.split(".", 1)[0]
+        if head in SWEEP_KEYS:
+            sweep_level[key] = value
+        elif head == "base" and "." in key:
+            config[key.split(".", 1)[1]] = value
+        elif head in ("space", "baseline", "smoke", "base", "base_config"):
+            raise SweepError(f"{where} {key}: '{head}' can only be changed in the sweep file")
+        else:
+            config[key] = value
+    return sweep_level, config
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Sweep:
+    path = Path(path)
+    try:
+        raw = read_yaml(path)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
+    text = path.read_text()
+    where = str(path)
+    sweep_set, config_set = split_overrides(overrides, "--set")
+    smoke_config: dict[str, Any] = {}
+    if smoke:
+        if raw.get("smoke") is not None and not isinstance(raw["smoke"], dict):
+            raise SweepError(f"{where}: smoke: expected a mapping of overrides, got {raw['smoke']!r}")
+        smoke_sweep, smoke_config = split_overrides(raw.get("smoke") or {}, f"{where}: smoke:")
+        smoke_config = {**SMOKE_CONFIG, **smoke_config}
+        _shrink_sweep(raw, smoke_sweep)
+    for key, value in sweep_set.items():  # --set wins over --smoke: it is the later word
+        set_dotted(raw, key, value)
+
+    try:
+        spec = coerce(SweepFile, raw, "")
+    except ConfigError as exc:
+        raise SweepError(f"{where}: {exc}") from None
+    name = spec.name or path.stem
+    base = _load_base(spec, path, where, config_set, smoke_config)
+    dims, notes = _load_dims(spec, base, where, pinned=smoke_config if smoke else {})
+    if smoke:
+        _fit_tiny_depth(base, dims, spec.baseline or {})
+    try:
+        base_cfg = _validated(absolute_config_paths(copy.deepcopy(base)))
+    except ConfigError as exc:
+        raise _config_error(exc, f"{where}: base") from None
+    base = to_dict(base_cfg)
+    seeds = spec.seeds if spec.seeds else [base_cfg.train.seed]
+    if len(set(seeds)) != len(seeds):
+        raise SweepError(f"{where}: seeds: duplicate seed in {seeds}")
+    sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
+                  baseline=_dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes)
+    _check_dims(sweep, where)
+    _check_baseline(sweep, where)
+    _check_search(sweep, where, base_cfg.tasks)
+    _check_scheduler(sweep, where)
+    _check_counts(sweep, where)
+    return sweep
+
+
+def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any]) -> None:
+    if isinstance(raw.get("num_samples"), int):
+        raw["num_samples"] = min(raw["num_samples"], 2)
+    if isinstance(raw.get("seeds"), list):
+        raw["seeds"] = raw["seeds"][:1]
+    if isinstance(raw.get("max_failures"), int):
+        raw["max_failures"] = min(raw["max_failures"], 1)
+    resources = raw.get("resources")
+    if isinstance(resources, dict):
+        # CI runners have 2 cores and no GPU; a bigger request would wait forever.
+        resources.update(cpu=1, gpu=0)
+    sched = raw.get("scheduler")
+    if isinstance(sched, dict):
+        sched.pop("max_t", None)  # re-derived from the shrunk epoch budget
+    for key, value in smoke_sweep.items():
+        set_dotted(raw, key, value)
+
+
+def _dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested or dotted overrides -> dotted; a loss.weights mapping stays one value."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and value and full not in ("loss.weights", "data.files",
+                                                              "heads.task_dropout"):
+            out.update(_dotted(value, full + "."))
+        else:
+            out[full] = value
+    return out
+
+
+def _load_base(spec: SweepFile, path: Path, where: str, config_set: dict, smoke_config: dict) -> dict:
+    base: dict[str, Any] = {}
+    if spec.base_config:
+        ref = Path(spec.base_config)
+        ref = ref if ref.is_absolute() else path.parent / ref
+        try:
+            base = read_yaml(ref)
+        except ConfigError as exc:
+            raise SweepError(f"{where}: base_config: {exc}") from None
+    for key, value in _dotted(spec.base or {}).items():
+        set_dotted(base, key, value)
+    for key, value in {**smoke_config, **config_set}.items():
+        set_dotted(base, key, value)
+    return base
+
+
+def _pinned_by(key: str, pinned: dict[str, Any]) -> bool:
+    return any(key == p or key.startswith(p + ".") or p.startswith(key + ".") for p in pinned)
+
+
+def _load_dims(spec: SweepFile, base: dict, where: str, pinned: dict) -> tuple[list[Dimension], list[str]]:
+    try:
+        tasks = build_config(copy.deepcopy(base), source="@").tasks
+    except ConfigError:
+        tasks = ["sst", "para", "sts"]  # the base error is reported, better worded, right after
+    dims, notes = [], []
+    for key, raw_dim in spec.space.items():
+        key = str(key)
+        if key in ("train.seed",):
+            raise SweepError(f"{where}: space.{key}: use the top-level `seeds:` list for seeds")
+        dim = parse_dimension(key, raw_dim, f"{where}: space.{key}", tasks)
+        if _pinned_by(key, pinned):
+            notes.append(f"--smoke pins {key} (space dimension dropped)")
+            continue
+        dims.append(dim)
+    return dims, notes
+
+
+def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
+    """--smoke swaps in a tiny encoder; give it enough layers for the swept depths."""
+    depths = [2]
+    for dim in dims:
+        if dim.key in DEPTH_KEYS:
+            depths += [v for v in dim.check_values() if isinstance(v, int) and not isinstance(v, bool)]
+    for key, value in _dotted(baseline).items():
+        if key in DEPTH_KEYS and isinstance(value, int):
+            depths.append(value)
+    sharing = (base.get("sharing") or {}).get("encoder_shared_layers")
+    if isinstance(sharing, int):
+        depths.append(sharing)
+    set_dotted(base, "model.tiny.layers", min(max(depths), SMOKE_MAX_TINY_LAYERS))
+
+
+def _check_dims(sweep: Sweep, where: str) -> None:
+    for dim in sweep.dims:
+        for value in dim.check_values():
+            try:
+                sweep.config_for({dim.key: value}, sweep.seeds[0])
+            except ConfigError as exc:
+                if "unknown key" in str(exc):  # the key is wrong, whatever the value
+                    raise _config_error(exc, dim.where, dim.key) from None
+                raise _config_error(exc, f"{dim.where}: value {value!r}", dim.key) from None
+
+
+def _check_baseline(sweep: Sweep, where: str) -> None:
+    try:
+        sweep.config_for(sweep.baseline, sweep.seeds[0])
+    except ConfigError as exc:
+        raise _config_error(exc, f"{where}: baseline") from None
+
+
+def _known_metrics(tasks: list[str]) -> set[str]:
+    names = set(REPORTED_METRICS)
+    for t in tasks:
+        names |= {get_task(t).metric_name, f"loss_{t}"}
+    return names
+
+
+def _check_metric(name: str, at: str, known: set[str]) -> None:
+    if name not in known:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise SweepError(f"{at}: unknown metric '{name}'{hint}; known: {', '.join(sorted(known))}")
+
+
+def _check_search(sweep: Sweep, where: str, tasks: list[str]) -> None:
+    search = sweep.spec.search
+    known = _known_metrics(tasks)
+    _check_metric(search.metric, f"{where}: search.metric", known)
+    if search.algorithm == "optuna" and not sweep.dims:
+        raise SweepError(f"{where}: space: optuna needs at least one dimension to search")
+    if search.objectives is None:
+        return
+    if search.algorithm != "optuna":
+        raise SweepError(f"{where}: search.objectives: multi-objective search needs algorithm optuna, "
+                         f"got {search.algorithm}")
+    if not search.objectives:
+        raise SweepError(f"{where}: search.objectives: expected at least one 'metric max|min'")
+    for i, item in enumerate(search.objectives):
+        parts = item.split()
+        if len(parts) != 2 or parts[1] not in ("max", "min"):
+            raise SweepError(f"{where}: search.objectives[{i}]: expected 'metric max' or 'metric min', got {item!r}")
+        _check_metric(parts[0], f"{where}: search.objectives[{i}]", known)
+
+
+def _check_scheduler(sweep: Sweep, where: str) -> None:
+    sched = sweep.spec.scheduler
+    if sched.type != "asha":
+        return
+    max_t = sched.max_t or sweep.epoch_budget()
+    if sweep.smoke:
+        sched.grace_period = min(sched.grace_period, max_t)
+    if sched.grace_period < 1:
+        raise SweepError(f"{where}: scheduler.grace_period: must be >= 1, got {sched.grace_period}")
+    if max_t < sched.grace_period:
+        raise SweepError(f"{where}: scheduler.grace_period: {sched.grace_period} > max_t {max_t} "
+                         "(the epoch budget); lower it or raise train.epochs")
+    if sched.reduction_factor <= 1:
+        raise SweepError(f"{where}: scheduler.reduction_factor: must be > 1, got {sched.reduction_factor}")
+    sched.max_t = max_t
+
+
+def _check_counts(sweep: Sweep, where: str) -> None:
+    spec = sweep.spec
+    if spec.num_samples < 1:
+        raise SweepError(f"{where}: num_samples: must be >= 1, got {spec.num_samples}")
+    if spec.max_concurrent is not None and spec.max_concurrent < 1:
+        raise SweepError(f"{where}: max_concurrent: must be >= 1 (or null), got {spec.max_concurrent}")
+    if spec.max_failures < 0:
+        raise SweepError(f"{where}: max_failures: must be >= 0, got {spec.max_failures}")
+    if spec.resources.cpu <= 0 or spec.resources.gpu < 0:
+        raise SweepError(f"{where}: resources: cpu must be > 0 and gpu >= 0, got "
+                         f"cpu={spec.resources.cpu}, gpu={spec.resources.gpu}")

@@ -1,0 +1,52 @@
+"""The Ray Tune function trainable: one sweep trial = one call of mtbert's `train()`.
+
+It adapts train()'s reporter to Tune (a report plus the epoch's checkpoint directory, every
+epoch) and resumes from Tune's last checkpoint when a crashed trial is retried or a sweep is
+restored. It does no tracking: the driver logs to MLflow from what Tune reports (see
+orchestration/callbacks.py), so an ASHA stop or a dead worker cannot leave a run open.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
+
+
+def _file_log(path: Path):
+    def log(message: str) -> None:
+        with path.open("a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {message}\n")
+    return log
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    from mtbert.config import ConfigError, build_config
+    from mtbert.train.loop import train
+
+    if "__invalid__" in config["config"]:
+        raise ConfigError(f"trial {config['key']}: {config['config']['__invalid__']}")
+    cfg = build_config(config["config"], source=f"trial {config['key']}")
+    trial_dir = Path(tune.get_context().get_trial_dir())
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    log = _file_log(trial_dir / LOG_NAME)
+    log(f"trial {config['key']} pid {os.getpid()}")
+
+    def reporter(metrics: dict, checkpoint_dir: str | None) -> None:
+        # tune.report copies the directory into the sweep's storage before returning, so
+        # train() may delete it afterwards. On a scheduler stop this raises SystemExit.
+        checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        tune.report(dict(metrics), checkpoint=checkpoint)
+
+    output_dir = trial_dir / "output" if cfg.train.save_checkpoint else None
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        train(cfg, reporter=reporter, output_dir=output_dir, log=log)
+        return
+    with checkpoint.as_directory() as state_dir:
+        log(f"resuming from {checkpoint.path}")
+        train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)

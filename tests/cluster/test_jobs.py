@@ -1,0 +1,205 @@
+"""orchestration.jobs without a cluster: the command a job runs (executed by a real shell),
+what it uploads, the CLI, and the one-line errors; plus docker/'s small scripts."""
+from __future__ import annotations
+
+import argparse
+import http.server
+import importlib.util
+import json
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestration import jobs
+from orchestration.errors import SweepError
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace(".py", ""), DOCKER / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- entrypoint
+
+def run_entrypoint(command: str, upload: Path, tmp_path: Path) -> dict:
+    """Run a job's entrypoint with /bin/sh, as Ray does, with `python` replaced by a recorder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    recorder = bin_dir / "python"
+    recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                        "print(json.dumps({'cwd': os.getcwd(), 'argv': sys.argv[1:]}))\n")
+    recorder.chmod(recorder.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(["/bin/sh", "-c", command], cwd=upload, env=env, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_entrypoint_runs_the_sweep_from_the_upload(tmp_path: Path) -> None:
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    command = jobs.entrypoint("sweeps/smoke.yaml", ["--smoke", "--set", "optim.lr=1e-3"], "http://mlflow:5000")
+    seen = run_entrypoint(command, upload, tmp_path)
+    assert seen == {"cwd": str(upload), "argv": ["-m", "mtbert.cli", "sweep", "run", "sweeps/smoke.yaml",
+                                                 "--smoke", "--set", "optim.lr=1e-3",
+                                                 "--tracking-uri", "http://mlflow:5000"]}
+
+
+def test_entrypoint_with_workdir_runs_in_the_shared_folder(tmp_path: Path) -> None:
+    upload, shared = tmp_path / "upload dir", tmp_path / "shared" / "work"
+    upload.mkdir()
+    command = jobs.entrypoint("sweeps/my sweep.yaml", ["--set", "base.note=a b;c"], None, str(shared))
+    seen = run_entrypoint(command, upload, tmp_path)
+    assert seen["cwd"] == str(shared)  # created, and the sweep runs there (runs/, caches)
+    assert seen["argv"][4] == f"{upload}/sweeps/my sweep.yaml"  # still read from the upload
+    assert seen["argv"][5:] == ["--set", "base.note=a b;c"]  # quoted, not split or run
+
+
+# --------------------------------------------------------------------------- runtime_env
+
+def test_runtime_env_uploads_the_project_without_local_state() -> None:
+    env = jobs.runtime_env(ROOT)
+    assert env["working_dir"] == str(ROOT)
+    assert "py_modules" not in env  # mtbert/ and orchestration/ travel inside the working dir
+    for heavy in (".venv/", ".git/", "runs/", ".mtbert_cache/", "mlflow.db"):
+        assert heavy in env["excludes"]
+
+
+def test_runtime_env_ships_packages_that_live_outside_the_working_dir(tmp_path: Path) -> None:
+    env = jobs.runtime_env(tmp_path)
+    assert env["working_dir"] == str(tmp_path)
+    assert sorted(env["py_modules"]) == [str(ROOT / "mtbert"), str(ROOT / "orchestration")]
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_errors_before_anything_is_uploaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(jobs.JobError, match="sweep file not found"):
+        jobs.submit("sweeps/nope.yaml", dead)
+    outside = tmp_path / "mine.yaml"
+    outside.write_text((ROOT / "sweeps" / "smoke.yaml").read_text())
+    with pytest.raises(jobs.JobError, match="outside .*the folder the job uploads"):
+        jobs.submit(outside, dead)
+    # Broken YAML fails here, in one line naming the file and line, before any upload.
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nspace: [\n")
+    with pytest.raises(SweepError, match=r"broken\.yaml: line \d+ not valid YAML") as info:
+        jobs.submit(broken, dead, working_dir=tmp_path)
+    assert not isinstance(info.value, jobs.ClusterUnreachable) and "\n" not in str(info.value)
+
+
+def test_a_failed_job_is_one_line_with_the_sweeps_own_error() -> None:
+    log_tail = ("Job entrypoint command failed with exit code 2, last available logs:\n"
+                "some output\nmtbert: error: sweeps/smoke.yaml: num_sample: unknown key\n")
+    assert jobs._failure_line(jobs.JobState("j", "FAILED", log_tail, "")) == \
+        "sweeps/smoke.yaml: num_sample: unknown key"
+    assert jobs._failure_line(jobs.JobState("j", "STOPPED", "Job was intentionally stopped.\n", "")) == \
+        "Job was intentionally stopped."
+
+
+def test_unreachable_dashboard_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    dead = f"http://127.0.0.1:{free_port()}"
+    for call in (lambda: jobs.submit("sweeps/smoke.yaml", dead, ["--smoke"], follow=False),
+                 lambda: jobs.status("mtbert-x", dead), lambda: jobs.stop("mtbert-x", dead)):
+        with pytest.raises(jobs.ClusterUnreachable, match=f"no Ray dashboard at {dead}") as info:
+            call()
+        assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+
+
+def test_address_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(jobs.ADDRESS_ENV, raising=False)
+    with pytest.raises(jobs.JobError, match="--address: give the Ray dashboard address"):
+        jobs.status("x", None)
+    with pytest.raises(jobs.JobError, match="Ray Client address"):
+        jobs.status("x", "ray://head:10001")
+
+
+# --------------------------------------------------------------------------- CLI
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mtbert")
+    sweep = p.add_subparsers(dest="command").add_parser("sweep")
+    jobs.add_job_commands(sweep.add_subparsers(dest="sweep_command"))
+    return p
+
+
+def test_cli_commands_parse() -> None:
+    args = parser().parse_args(["sweep", "submit", "sweeps/smoke.yaml", "--address", "http://h:8265",
+                                "--no-follow", "--set", "a=1", "--set", "b=2", "--smoke",
+                                "--tracking-uri", "http://mlflow:5000", "--workdir", "/shared/work"])
+    assert (args.file, args.address, args.no_follow, args.set, args.smoke, args.tracking_uri, args.workdir) == \
+        ("sweeps/smoke.yaml", "http://h:8265", True, ["a=1", "b=2"], True, "http://mlflow:5000", "/shared/work")
+    assert args.func is jobs._cmd_submit
+    for command in ("status", "stop"):
+        args = parser().parse_args(["sweep", command, "mtbert-smoke-1", "--address", "http://h:8265"])
+        assert (args.job_id, args.address) == ("mtbert-smoke-1", "http://h:8265")
+
+
+def test_cli_handlers_raise_one_line_value_errors() -> None:
+    # mtbert's main prints any ValueError as one `mtbert: error: ...` line, exit 2.
+    args = parser().parse_args(["sweep", "status", "mtbert-x", "--address", f"127.0.0.1:{free_port()}"])
+    with pytest.raises(ValueError, match=r"^no Ray dashboard at http://127\.0\.0\.1:\d+; ") as info:
+        args.func(args)
+    assert "\n" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- docker/ scripts
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/ok" else 503)
+        self.end_headers()
+        self.wfile.write(b"success")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_healthcheck_script() -> None:
+    check = load_script("healthcheck.py")
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        assert check.main([f"{base}/ok", f"{base}/ok"]) == 0
+        assert check.main([f"{base}/ok", f"{base}/sick"]) == 1
+        assert check.main([f"http://127.0.0.1:{free_port()}/ok"]) == 1
+        assert check.main([]) == 2
+    finally:
+        server.shutdown()
+
+
+def test_gen_env_fills_every_blank_with_a_fresh_secret() -> None:
+    gen = load_script("gen_env.py")
+    example = (DOCKER / ".env.example").read_text()
+    first, second = gen.fill(example), gen.fill(example)
+    values = dict(line.split("=", 1) for line in first.splitlines() if re.match(r"^[A-Z]", line))
+    blanks = [line[:-1] for line in example.splitlines() if re.fullmatch(r"[A-Z][A-Z0-9_]*=", line)]
+    assert blanks and all(re.fullmatch(r"[0-9a-f]{48}", values[key]) for key in blanks)
+    assert first != second  # fresh every time
+    assert values["MLFLOW_ADMIN_USERNAME"] == "admin"  # set values are kept
+    out = subprocess.run([sys.executable, str(DOCKER / "gen_env.py"), "--print"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0 and "RAY_AUTH_TOKEN=" in out.stdout

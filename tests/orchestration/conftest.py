@@ -1,0 +1,106 @@
+"""Helpers for the orchestration tests: tiny sweep files, the CLI in a subprocess, free ports."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = ROOT / "sweeps"
+SHARED = ROOT / ".." / "shared"
+
+# A sweep small enough to train for real in seconds: tiny encoder, synthetic data.
+TINY_BASE = {
+    "model": {"name_or_path": "tiny", "tiny": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64},
+              "max_length": 32},
+    "data": {"source": "synthetic", "synthetic": {"train_size": 96, "dev_size": 48}},
+    "train": {"epochs": 2, "batch_size": 8, "device": "cpu"},
+    "sampling": {"steps_per_epoch": 4},
+}
+
+
+def write_sweep(path: Path, **sections) -> Path:
+    """A sweep file: TINY_BASE plus the given top-level sections (base merges key by key)."""
+    from mtbert.config import merge
+
+    doc = {"base": merge(TINY_BASE, sections.pop("base", {}))}
+    doc.update(sections)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtbert.cli", *args], cwd=cwd, env=cli_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    def make(name: str = "tiny.yaml", **sections) -> Path:
+        return write_sweep(tmp_path / name, **sections)
+    return make
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every process below `pid` (Linux /proc), found while they are still below it."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:  # a zombie is gone for our purposes
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_pids(pids: list[int], grace_s: float = 10.0) -> None:
+    """SIGTERM each of our processes by PID, then SIGKILL those still there after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not any(_alive(p) for p in pids):
+            return

@@ -1,0 +1,236 @@
+"""The real thing: `mtbert sweep run` in a subprocess, local Ray, real training of a tiny
+model, a real MLflow store (sqlite, then an `mlflow server`), a killed driver resumed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from mlflow.tracking import MlflowClient
+
+from mtbert.cli import main
+from mtbert.train.metrics import tm_relative_score
+
+from .conftest import SWEEPS, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
+
+pytestmark = pytest.mark.slow
+
+FINAL = ["sst_acc", "para_acc", "sts_corr", "overall", "overall_cs224n", "tm_relative_score", "tm_time_s",
+         "train_time_s", "peak_memory_mb", "model_size_mb", "params_total", "params_trainable", "best_epoch",
+         "epochs_run"]
+
+
+def sweep_runs(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("role") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return client, parents, children
+
+
+def check_children(client, parent, children, n: int) -> None:
+    """Everything a finished sweep promises about its child runs."""
+    assert len(children) == n
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert len({r.data.tags["trial_key"] for r in children}) == n  # each trial exactly once
+    assert all(r.info.status == "FINISHED" for r in children), [(r.info.run_name, r.info.status) for r in children]
+    baselines = {r.data.tags["seed"]: r.data.metrics for r in children if r.data.tags["role"] == "baseline"}
+    for run in children:
+        m, tags = run.data.metrics, run.data.tags
+        missing = [k for k in FINAL if k not in m]
+        assert not missing, (run.info.run_name, missing)
+        assert {"trial_id", "node", "node_ip", "git_commit", "variant", "seed"} <= set(tags)
+        assert run.data.params["optim.lr"] and run.data.params["sharing.head_regime"]
+        ref = baselines[tags["seed"]]
+        expected = tm_relative_score(
+            {"overall": m["overall"], "train_time_s": m["tm_time_s"], "model_size_mb": m["model_size_mb"]},
+            {"overall": ref["overall"], "train_time_s": ref["tm_time_s"], "model_size_mb": ref["model_size_mb"]})
+        assert m["tm_relative_score"] == pytest.approx(expected, rel=1e-9)
+        if tags["role"] == "baseline":
+            assert m["tm_relative_score"] == 1.0
+        early = tags["stopped_early"] == "true"
+        assert tags["tm_time_basis"] == ("projected_full_budget" if early else "measured")
+        assert (m["tm_time_s"] > m["train_time_s"]) == early
+        # A re-run epoch (after a restart) is logged again at its step: count steps, not entries.
+        steps = {h.step for h in client.get_metric_history(run.info.run_id, "epoch/overall")}
+        assert steps == set(range(1, int(m["epochs_run"]) + 1))
+        assert {"result.json", "config.yaml"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert parent.info.status == "FINISHED"
+    assert {"sweep.yaml", "search_space.json", "base_config.yaml", "pareto.png"} <= {
+        a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
+    t0 = time.monotonic()
+    proc = run_cli(["sweep", "run", str(SWEEPS / "smoke.yaml"), "--smoke", "--num-cpus", "2"], cwd=tmp_path)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "FINISHED" in out and "4 trials, 4 finished" in out
+    both = out + proc.stderr
+    assert "Traceback" not in both, both[max(both.find("Traceback") - 500, 0):][:4000]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, parents, children = sweep_runs(uri, "smoke")
+    assert len(parents) == 1
+    check_children(client, parents[0], children, n=4)
+    result = json.loads(Path(client.download_artifacts(children[0].info.run_id, "result.json",
+                                                       str(tmp_path))).read_text())
+    assert result["metrics"]["overall"] == children[0].data.metrics["overall"] and result["epochs"]
+    assert (tmp_path / "runs").is_dir() and (tmp_path / "mlartifacts" / "smoke").is_dir()
+
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    for fmt, marker, baseline in (("md", "| Regime |", "| I-I-I k=all* |"),
+                                  ("csv", "variant,role,regime", "baseline,baseline,I-I-I k=all,"),
+                                  ("latex", r"\begin{tabular}", "I-I-I k=all* &"),
+                                  ("html", "<table", "<td>I-I-I k=all*</td>")):
+        assert main(["leaderboard", "--experiment", "smoke", "--format", fmt]) == 0
+        text = capsys.readouterr().out
+        assert marker in text and baseline in text, text
+        assert text.count("\n") >= 5
+    assert (tmp_path / "runs" / "smoke-pareto.png").is_file()
+    print(f"smoke sweep wall time: {wall:.1f}s")
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if requests.get(uri + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.5)
+        yield uri
+    finally:
+        stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
+        log.close()
+
+
+def _wait_for(predicate, timeout: float, what: str, proc=None, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"driver exited while waiting for {what}: {log.read_text()[-3000:] if log else ''}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {log.read_text()[-3000:] if log else ''}")
+        time.sleep(0.1)
+
+
+def _trial_dir(run_dir: Path, key: str) -> Path | None:
+    found = sorted(run_dir.glob(f"{key}_*"))
+    return found[0] if found else None
+
+
+def _checkpointed(run_dir: Path, key: str) -> bool:
+    d = _trial_dir(run_dir, key)
+    return d is not None and any(d.glob("checkpoint_*"))
+
+
+def _logged_epoch(uri: str, experiment: str, key: str, epoch: int) -> bool:
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return False
+    runs = client.search_runs([exp.experiment_id], f"tags.trial_key = '{key}'", max_results=1)
+    return bool(runs) and runs[0].data.metrics.get("epoch/epoch_time_s") is not None and \
+        max(h.step for h in client.get_metric_history(runs[0].info.run_id, "epoch/overall")) >= epoch
+
+
+def test_optuna_sweep_survives_a_crashed_trial_and_a_killed_driver(tmp_path, mlflow_server, monkeypatch, capsys):
+    """Against an `mlflow server`: Optuna with two seeds, a trial's worker SIGKILLed (Tune
+    retries it from its checkpoint), then the driver SIGKILLed mid-sweep and `sweep resume`d.
+    Every trial must end up exactly once in MLflow, FINISHED, with all its figures."""
+    sweep = write_sweep(tmp_path / "resume.yaml",
+                        space={"sharing.head_regime": {"type": "choice", "values": ["S-I-I", "I-S-S", "S-S-S"]},
+                               "optim.lr": {"type": "loguniform", "low": 1e-4, "high": 3e-3},
+                               "loss.weights": {"type": "simplex"}},
+                        search={"algorithm": "optuna", "seed": 0}, num_samples=1, seeds=[0, 1],
+                        base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 60}},
+                        max_concurrent=1, max_failures=1, tracking={"experiment": "resume"},
+                        # The baseline is the trial whose worker is killed: a 4th epoch leaves
+                        # time to do it after its 2nd (when Tune surely holds a checkpoint).
+                        baseline={"sharing.head_regime": "I-I-I", "train.epochs": 4})
+    run_dir = tmp_path / "runs" / "kr"
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, "-m", "mtbert.cli", "sweep", "run", str(sweep), "--name", "kr",
+                                   "--tracking-uri", mlflow_server, "--num-cpus", "2"],
+                                  cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                  env=cli_env(TUNE_GLOBAL_CHECKPOINT_S="1"), start_new_session=True)
+    family: list[int] = []
+    try:
+        # 1. A trial's worker dies after reporting epoch 2: Tune retries it from its checkpoint.
+        _wait_for(lambda: _logged_epoch(mlflow_server, "resume", "baseline-s0", 2), 180, "baseline-s0 epoch 2",
+                  driver, log)
+        train_log = _trial_dir(run_dir, "baseline-s0") / "train.log"
+        pid = int(next(line for line in train_log.read_text().splitlines() if " pid " in line).split()[-1])
+        os.kill(pid, signal.SIGKILL)
+        # 2. The driver dies half-way through the first seed of an Optuna point.
+        _wait_for(lambda: _logged_epoch(mlflow_server, "resume", "o000-s0", 1), 240, "o000-s0 epoch 1", driver, log)
+        family = descendants(driver.pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        # The driver and the local Ray it started: each ended by its PID.
+        stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
+
+    _, parents, children = sweep_runs(mlflow_server, "resume")
+    assert parents[0].info.status == "RUNNING"  # nobody closed it: the driver was killed
+    assert "o000-s1" not in {r.data.tags["trial_key"] for r in children}
+
+    proc = run_cli(["sweep", "resume", "kr", "--num-cpus", "2"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    client, parents, children = sweep_runs(mlflow_server, "resume")
+    assert len(parents) == 1
+    check_children(client, parents[0], children, n=4)  # 2 baselines + 1 Optuna point x 2 seeds
+    by_key = {r.data.tags["trial_key"]: r for r in children}
+    assert sorted(by_key) == ["baseline-s0", "baseline-s1", "o000-s0", "o000-s1"]
+    assert by_key["baseline-s0"].data.tags.get("retries") == "1"
+    assert "resumed from" in (_trial_dir(run_dir, "baseline-s0") / "train.log").read_text()
+    assert [r.data.metrics["epochs_run"] for r in children if r.data.tags["role"] == "search"] == [3, 3]
+    # The restored searcher ran the queued second seed of the same configuration.
+    first, second = by_key["o000-s0"].data.params, by_key["o000-s1"].data.params
+    assert first["optim.lr"] == second["optim.lr"] and first["sharing.head_regime"] == second["sharing.head_regime"]
+    assert (first["train.seed"], second["train.seed"]) == ("0", "1")
+
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["leaderboard", "--experiment", "resume", "--tracking-uri", mlflow_server,
+                 "--format", "csv", "--output", "board.csv"]) == 0
+    lines = (tmp_path / "board.csv").read_text().splitlines()
+    assert len(lines) == 3 and all(",2," in line for line in lines[1:])  # seeds grouped: n = 2 per row
+    assert (tmp_path / "board.pareto.png").is_file()
+
+
+def test_unreachable_tracking_server_fails_fast(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    uri = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    assert main(["sweep", "run", str(SWEEPS / "smoke.yaml"), "--smoke", "--tracking-uri", uri]) == 2
+    assert time.monotonic() - t0 < 30
+    err = capsys.readouterr().err.strip()
+    assert err == f"mtbert: error: tracking server {uri} unreachable (connection refused); " \
+                  "start it or pass another --tracking-uri"
+    assert not (tmp_path / "runs").exists()  # no trial started, no Ray experiment
+    import ray
+
+    assert not ray.is_initialized()

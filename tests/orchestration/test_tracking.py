@@ -1,0 +1,217 @@
+"""MLflow parent/child runs, the TM-relative score and the leaderboard, on a real sqlite store.
+
+The per-epoch reports are written out by hand here (their shape is train()'s), so every
+expected figure is known; test_e2e.py runs the same path with real training."""
+from __future__ import annotations
+
+import math
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from mtbert.config import build_config
+from mtbert.train.metrics import tm_relative_score
+from orchestration.errors import TrackingUnavailable
+from orchestration.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
+                                      sort_table)
+from orchestration.plan import Planner
+from orchestration.spec import load_sweep
+from orchestration.tm import time_basis
+from orchestration.tracking import SweepTracking, check_tracking, final_figures
+
+from .conftest import write_sweep
+
+TUNE_BOOKKEEPING = {"training_iteration": 1, "time_this_iter_s": 0.1, "hostname": "node-a",
+                    "node_ip": "10.0.0.7", "trial_id": "abc", "done": False, "pid": 1, "date": "today"}
+
+
+def report(epoch: int, overall: float, time_per_epoch: float, size: float, best: tuple[float, int]) -> dict:
+    return {"epoch": epoch, "sst_acc": overall + 0.1, "para_acc": overall, "sts_corr": overall - 0.1,
+            "overall": overall, "overall_cs224n": overall + 0.05, "loss_sst": 1.0 / epoch,
+            "train_time_s": time_per_epoch * epoch, "epoch_time_s": time_per_epoch, "seq_per_s": 100.0,
+            "peak_memory_mb": 50.0 + epoch, "model_size_mb": size, "params_total": 1000,
+            "params_trainable": 900, "best_overall": best[0], "best_epoch": best[1], **TUNE_BOOKKEEPING}
+
+
+def run_trial(tracking: SweepTracking, trial: dict, overalls: list[float], time_per_epoch: float,
+              size: float, status: str = "FINISHED", error: str | None = None) -> str:
+    run_id, created = tracking.child(trial, f"id-{trial['key']}")
+    assert created
+    history = {}
+    best = (-1.0, 0)
+    for epoch, overall in enumerate(overalls, 1):
+        if overall > best[0]:
+            best = (overall, epoch)
+        history[epoch] = tracking.log_epoch(run_id, report(epoch, overall, time_per_epoch, size, best))
+    tracking.finish(run_id, trial, history, status, error=error)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    # One store for the module: creating an MLflow sqlite schema costs seconds.
+    tmp_path = tmp_path_factory.mktemp("tracking")
+    sweep = load_sweep(write_sweep(tmp_path / "tiny.yaml", space={"sharing.head_regime": ["S-I-I", "I-S-S"]},
+                                   seeds=[0, 1], baseline={"sharing.head_regime": "I-I-I"},
+                                   base={"train": {"epochs": 3}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    check_tracking(uri)
+    tracking = SweepTracking.start(uri, "exp", "tiny-run", sweep.name,
+                                   {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime"}, "deadbeef")
+    trials = {t["key"]: t for t in Planner(sweep).fixed_trials()}
+    ids = {
+        "baseline-s0": run_trial(tracking, trials["baseline-s0"], [0.30, 0.40, 0.35], 10.0, 2.0),
+        "baseline-s1": run_trial(tracking, trials["baseline-s1"], [0.32, 0.42, 0.41], 12.0, 2.0),
+        "p000-s0": run_trial(tracking, trials["p000-s0"], [0.30, 0.50, 0.50], 5.0, 1.0),
+        "p000-s1": run_trial(tracking, trials["p000-s1"], [0.30, 0.44, 0.60], 6.0, 1.0),
+        # stopped by ASHA after 2 of 3 epochs: charged 3 epochs of time
+        "p001-s0": run_trial(tracking, trials["p001-s0"], [0.20, 0.30], 4.0, 1.5),
+        "p001-s1": run_trial(tracking, trials["p001-s1"], [0.10], 4.0, 1.5, status="FAILED",
+                             error="ValueError: boom"),
+    }
+    tracking.backfill_tm(final_pass=True)
+    return tracking, trials, ids
+
+
+def metrics_of(tracking, run_id):
+    run = tracking.client.get_run(run_id)
+    return run.data.metrics, run.data.tags, run.info.status
+
+
+def test_final_figures_and_tags(swept, tmp_path):
+    tmp = tmp_path
+    tracking, _, ids = swept
+    m, tags, status = metrics_of(tracking, ids["p000-s1"])
+    assert status == "FINISHED"
+    assert m["overall"] == 0.60 and m["best_epoch"] == 3 and m["sst_acc"] == pytest.approx(0.70)
+    assert m["train_time_s"] == 18.0 and m["peak_memory_mb"] == 53.0 and m["epochs_run"] == 3
+    assert tags["mlflow.parentRunId"] == tracking.parent_run_id and tags["trial_key"] == "p000-s1"
+    assert tags["node"] == "node-a" and tags["node_ip"] == "10.0.0.7" and tags["git_commit"] == "deadbeef"
+    assert tags["stopped_early"] == "false" and tags["tm_time_basis"] == "measured"
+    history = tracking.client.get_metric_history(ids["p000-s1"], "epoch/overall")
+    assert sorted((h.step, h.value) for h in history) == [(1, 0.30), (2, 0.44), (3, 0.60)]
+    assert "epoch/training_iteration" not in m and "epoch/pid" not in m  # Tune bookkeeping dropped
+    params = tracking.client.get_run(ids["p000-s1"]).data.params
+    assert params["sharing.head_regime"] == "S-I-I" and params["train.seed"] == "1"
+    artifacts = [a.path for a in tracking.client.list_artifacts(ids["p000-s1"])]
+    assert {"result.json", "config.yaml"} <= set(artifacts)
+    saved = yaml.safe_load(Path(tracking.client.download_artifacts(ids["p000-s1"], "config.yaml", str(tmp))).read_text())
+    assert build_config(saved).sharing.head_regime == "S-I-I"  # a trial's exact config, loadable
+
+
+def test_tm_relative_score_against_same_seed_baseline(swept):
+    tracking, _, ids = swept
+    base0, _, _ = metrics_of(tracking, ids["baseline-s0"])
+    assert base0["tm_relative_score"] == 1.0
+    m, tags, _ = metrics_of(tracking, ids["p000-s0"])
+    expected = tm_relative_score({"overall": 0.50, "train_time_s": 15.0, "model_size_mb": 1.0},
+                                 {"overall": 0.40, "train_time_s": 30.0, "model_size_mb": 2.0})
+    assert m["tm_relative_score"] == pytest.approx(expected) == pytest.approx(5.0)
+    assert tags["tm_baseline"] == ids["baseline-s0"]
+    m1, tags1, _ = metrics_of(tracking, ids["p000-s1"])
+    assert tags1["tm_baseline"] == ids["baseline-s1"]
+    assert m1["tm_relative_score"] == pytest.approx((0.60 / 0.42) * (36.0 / 18.0) * (2.0 / 1.0))
+
+
+def test_stopped_early_trial_is_charged_the_full_budget(swept):
+    tracking, _, ids = swept
+    m, tags, status = metrics_of(tracking, ids["p001-s0"])
+    assert status == "FINISHED" and tags["stopped_early"] == "true"
+    assert tags["tm_time_basis"] == "projected_full_budget"
+    assert m["train_time_s"] == 8.0 and m["tm_time_s"] == 12.0 == time_basis(8.0, 2, 3)[0]
+    assert m["tm_relative_score"] == pytest.approx((0.30 / 0.40) * (30.0 / 12.0) * (2.0 / 1.5))
+
+
+def test_failed_trial_keeps_its_error(swept):
+    tracking, _, ids = swept
+    m, tags, status = metrics_of(tracking, ids["p001-s1"])
+    assert status == "FAILED" and tags["error"] == "ValueError: boom"
+    assert "tm_relative_score" not in m
+
+
+def test_resumed_trial_continues_its_own_run(swept):
+    tracking, trials, ids = swept
+    revived = pickle.loads(pickle.dumps(tracking))  # what a restored sweep driver holds
+    run_id, created = revived.child(trials["p000-s0"], "new-trial-id")
+    assert (run_id, created) == (ids["p000-s0"], False)
+    assert revived.client.get_run(run_id).data.tags["trial_id"] == "new-trial-id"
+    revived.log_epoch(run_id, report(2, 0.55, 5.0, 1.0, (0.55, 2)))  # the epoch ran again
+    assert revived.history(run_id)[2]["overall"] == 0.55  # the latest value per step wins
+    keys = [r.data.tags["trial_key"] for r in revived.children()]
+    assert len(keys) == len(set(keys)) and "p000-s0" in keys
+    # Put the run back as it was (the module's other tests read it), closing it as a resumed
+    # trial's end would.
+    revived.log_epoch(run_id, report(2, 0.50, 5.0, 1.0, (0.50, 2)))
+    final = revived.finish(run_id, trials["p000-s0"], revived.history(run_id), "FINISHED")
+    assert final["overall"] == 0.50 and final["best_epoch"] == 2
+
+
+def test_no_run_left_running(swept):
+    tracking, trials, _ = swept
+    extra = dict(trials["p000-s0"], key="p009-s0", variant="p009")
+    tracking.child(extra, "x")
+    assert tracking.close_open_children() == 1
+    assert all(r.info.status != "RUNNING" for r in tracking.children())
+
+
+def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
+    tracking, _, _ = swept
+    tracking.end_parent("FINISHED")
+    text, table, parent = leaderboard(tracking.uri, "exp", fmt="md", plot=tmp_path / "p.png")
+    assert parent.info.run_id == tracking.parent_run_id
+    assert list(table["variant"]) == ["baseline", "p000", "p001"]  # baseline pinned, then by overall
+    row = table.set_index("variant").loc["p000"]
+    assert row["n"] == 2 and row["overall"] == pytest.approx(0.55)
+    assert row["overall_std"] == pytest.approx(math.sqrt(2 * 0.05 ** 2))
+    assert table.set_index("variant").loc["p001"]["n"] == 1  # its failed seed is not averaged in
+    lines = text.splitlines()
+    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Epoch |")
+    assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
+    assert "S-I-I k=all" in lines[3] and "0.550 ± 0.071" in lines[3]
+    assert "I-S-S k=all †" in lines[4]
+    csv = render(table, "csv")
+    assert csv.splitlines()[0].startswith("variant,role,regime,lr,weights,n")
+    latex = render(table, "latex")
+    assert r"\begin{tabular}" in latex and r"$\pm$" in latex and "I-I-I k=all*" in latex
+    html = render(table, "html")
+    assert html.count("<tr>") == 4 and "±" in html
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "p.png" in [a.path for a in MlflowClient(tracking.uri).list_artifacts(tracking.parent_run_id)]
+    by_tm = sort_table(build_table(child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id),
+                                   parent.data.tags), "tm_relative_score")
+    assert list(by_tm["variant"]) == ["baseline", "p000", "p001"]
+    assert list(by_tm["tm_relative_score"])[1:] == sorted(by_tm["tm_relative_score"][1:], reverse=True)
+
+
+def test_leaderboard_errors_are_one_line(swept):
+    from orchestration.errors import SweepError
+
+    tracking, _, _ = swept
+    with pytest.raises(SweepError, match="--experiment nope: no such experiment"):
+        leaderboard(tracking.uri, "nope")
+    with pytest.raises(SweepError, match="--sort speed: not a column"):
+        leaderboard(tracking.uri, "exp", sort="speed")
+    with pytest.raises(SweepError, match="--sweep 123: no sweep run"):
+        leaderboard(tracking.uri, "exp", sweep="123")
+
+
+def test_pareto_front():
+    points = [(10, 0.5), (5, 0.4), (20, 0.6), (8, 0.3), (30, 0.55), (5, 0.45)]
+    assert sorted(pareto_front(points)) == [0, 2, 5]
+
+
+def test_final_figures_take_the_first_best_epoch():
+    history = {1: {"overall": 0.4, "sst_acc": 0.1, "train_time_s": 1.0, "peak_memory_mb": 3.0},
+               2: {"overall": 0.4, "sst_acc": 0.2, "train_time_s": 2.0, "peak_memory_mb": 2.0},
+               3: {"overall": float("nan"), "sst_acc": 0.3, "train_time_s": 3.0, "peak_memory_mb": 1.0}}
+    final = final_figures(history, ["sst_acc"])
+    assert final["best_epoch"] == 1 and final["sst_acc"] == 0.1
+    assert final["train_time_s"] == 3.0 and final["peak_memory_mb"] == 3.0 and final["epochs_run"] == 3
+
+
+def test_unusable_sqlite_folder_fails_in_one_line(tmp_path):
+    with pytest.raises(TrackingUnavailable, match="folder .* does not exist"):
+        check_tracking(f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}")
