@@ -401,6 +401,15 @@ def validate(cfg: Config) -> None:
         if missing:
             raise ConfigError(f"sharing.cascade: '{cfg.sharing.cascade}' needs tasks {missing} "
                               f"which are not in tasks {cfg.tasks}")
+    if cfg.sharing.cascade != "none" and cfg.pairs.encoding == "bi":
+        raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi (upstream heads "
+                          "read one pooled vector per example); set pairs.encoding: cross")
+    if cfg.sharing.cascade != "none" and regime[0] == "S":
+        raise ConfigError(f"sharing.cascade: downstream heads read [pooled, upstream outputs], wider "
+                          f"than their upstream's input, so sharing.head_regime must start with I "
+                          f"(got {cfg.sharing.head_regime})")
+    if cfg.sts.head == "cosine" and (cfg.pairs.encoding != "bi" or "sts" not in cfg.tasks):
+        raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors) and the sts task")
     if cfg.freeze.layers < -1:
         raise ConfigError("freeze.layers: must be >= 0, or -1 for the whole encoder")
 
