@@ -12,15 +12,15 @@ from orchestration.spec import load_sweep
 
 from .conftest import SHARED, SWEEPS
 
-SHIPPED = sorted(SWEEPS.glob("*.yaml"))
+SHIPPED = sorted(SWEEPS.rglob("*.yaml"))
 
 
 def test_sweeps_are_shipped():
-    names = {p.name for p in SHIPPED}
+    names = {str(p.relative_to(SWEEPS)) for p in SHIPPED}
     assert "smoke.yaml" in names and len(names) >= 4
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(SWEEPS)))
 def test_shipped_sweep_smoke_validates_and_plans(path):
     sweep = load_sweep(path, smoke=True)
     planner = Planner(sweep)
@@ -31,15 +31,16 @@ def test_shipped_sweep_smoke_validates_and_plans(path):
     assert 2 <= planner.total_trials() <= 8  # seconds, not hours
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(SWEEPS)))
 def test_shipped_sweep_says_how_to_run_it(path):
-    head = "".join(path.read_text().splitlines(keepends=True)[:8])
-    assert f"mtbert sweep run sweeps/{path.name}" in head
+    lines = path.read_text().splitlines(keepends=True)
+    head = "".join(lines[:next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))])
+    assert f"mtbert sweep run sweeps/{path.relative_to(SWEEPS)}" in head
 
 
 @pytest.mark.shared
 @pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared (real data and encoder)")
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(SWEEPS)))
 def test_shipped_sweep_validates_in_full(path, monkeypatch):
     monkeypatch.chdir(SWEEPS.parent)  # shipped sweeps name ../shared relative to the project root
     sweep = load_sweep(path)
