@@ -63,7 +63,7 @@ def test_header_says_how_to_run_it(path):
     assert header, f"{_id(path)}: no header comment"
     text = "\n".join(header)
     assert f"mtbert sweep run sweeps/{_id(path)}" in text, "the header's command must name this file"
-    if path.parent != SWEEPS:  # the study folders: each file says what it reproduces
+    if path.parent.name in STUDIES:  # the papers' experiments: each file says what it reproduces
         reproduces = [line for line in header if line.startswith("# Reproduces:")]
         assert reproduces, f"{_id(path)}: no '# Reproduces:' line"
         assert any(paper in text for paper in PAPERS), f"{_id(path)}: names none of {PAPERS}"
