@@ -60,8 +60,6 @@ class Heads(nn.Module):
         """Head layers used by more than one task (PCGrad treats them as shared)."""
         out = []
         for per_task in self.layers:
-            seen: dict[int, int] = {}
-            for mod in per_task.values():
-                seen[id(mod)] = seen.get(id(mod), 0) + 1
-            out += [m for m in {id(m): m for m in per_task.values()}.values() if seen[id(m)] > 1]
+            mods = list(per_task.values())
+            out += [m for m in {id(m): m for m in mods}.values() if sum(x is m for x in mods) > 1]
         return out

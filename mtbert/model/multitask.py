@@ -220,9 +220,10 @@ class MultitaskModel(nn.Module):
 
     def from_embeddings(self, packed: Packed, emb: torch.Tensor) -> dict[str, torch.Tensor]:
         pooled = self.encode(packed, emb)
-        tasks = dict.fromkeys(task for task, *_ in packed.segments)
-        return {t: self.predict_from_pooled(t, [pooled[(t, s)] for s in sorted(
-            side for (tt, side) in pooled if tt == t)]) for t in tasks}
+        sides: dict[str, list[torch.Tensor]] = {}
+        for task, side, _, _ in packed.segments:  # segments list sides in order
+            sides.setdefault(task, []).append(pooled[(task, side)])
+        return {t: self.predict_from_pooled(t, vecs) for t, vecs in sides.items()}
 
     def forward(self, batches: list[Batch]) -> dict[str, torch.Tensor]:
         """Logits (or predictions for cosine STS) per task of the given batches."""

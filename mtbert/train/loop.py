@@ -215,7 +215,8 @@ def train_step(model: MultitaskModel, optimizer, packed, batches, weights: dict[
         raw = task.loss(out[b.task].float(), b.labels)
         loss = weights[b.task] * raw
         if cfg.loss.smart.weight > 0:
-            loss = loss + weights[b.task] * cfg.loss.smart.weight * smart_term(model, b, task, cfg, autocast)
+            loss = loss + weights[b.task] * cfg.loss.smart.weight * smart_term(
+                model, b, task, out[b.task].float(), cfg, autocast)
         losses.append(loss)
         raws.append(raw.detach())
     if shared:
@@ -231,8 +232,10 @@ def train_step(model: MultitaskModel, optimizer, packed, batches, weights: dict[
     return torch.stack([l.detach() for l in losses]), raws
 
 
-def smart_term(model: MultitaskModel, batch, task, cfg: Config, autocast) -> torch.Tensor:
-    """SMART on the embedding output of this task's batch, one perturbation per sentence."""
+def smart_term(model: MultitaskModel, batch, task, clean: torch.Tensor, cfg: Config, autocast) -> torch.Tensor:
+    """SMART on the embedding output of this task's batch, one perturbation per sentence.
+    `clean` are the step's logits for the batch: SMART detaches them as its target, so the
+    packed forward's output serves and no extra clean forward is run."""
     from mtbert.train.smart import smart_loss
 
     packed = pack([batch])
@@ -244,7 +247,7 @@ def smart_term(model: MultitaskModel, batch, task, cfg: Config, autocast) -> tor
             return model.from_embeddings(packed, torch.cat(perturbed))[batch.task].float()
 
     s = cfg.loss.smart
-    return smart_loss(forward, sides, forward(sides), task.kind, epsilon=s.epsilon,
+    return smart_loss(forward, sides, clean, task.kind, epsilon=s.epsilon,
                       step_size=s.step_size, steps=s.steps)
 
 
