@@ -162,6 +162,9 @@ class TrainConfig:
 @dataclass
 class Config:
     tasks: list[str] = field(default_factory=lambda: ["sst", "para", "sts"])
+    # Python modules imported before the rest is checked, e.g. one that registers a task
+    # (see import_plugins). Names, not paths: `mytasks` for ./mytasks.py.
+    plugins: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sharing: SharingConfig = field(default_factory=SharingConfig)
@@ -369,10 +372,40 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 
 # --------------------------------------------------------------------------- validation
 
+def import_plugins(names: list[str]) -> list[types.ModuleType]:
+    """Import the modules named in `plugins:`; importing is a plugin's whole interface.
+
+    The usual plugin registers a task (mtbert.tasks.register_task) at import. Every process
+    that builds a config runs this first (the CLI, a sweep's driver and each of its Ray
+    trials, to which the sweep ships the modules), so the task is known wherever the config
+    is checked. A module is looked up on sys.path, then in the working directory, as
+    `python -m` would find it.
+    """
+    import importlib
+    import os
+    import sys
+
+    modules = []
+    for i, name in enumerate(names):
+        if name.endswith(".py") or not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(f"plugins[{i}]: {name!r} is not a module name (for ./mytasks.py write mytasks)")
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise ConfigError(f"plugins[{i}]: cannot import '{name}' ({exc}); it must be importable "
+                              f"from the working directory or the environment") from None
+        except Exception as exc:  # the plugin's own code failed: say which plugin
+            raise ConfigError(f"plugins[{i}]: importing '{name}' raised {type(exc).__name__}: {exc}") from None
+    return modules
+
+
 def validate(cfg: Config) -> None:
     """Cross-key checks: combinations that make no sense fail here, naming the keys."""
     from mtbert.tasks import TASKS
 
+    import_plugins(cfg.plugins)
     if not cfg.tasks:
         raise ConfigError("tasks: at least one task is needed")
     for i, t in enumerate(cfg.tasks):

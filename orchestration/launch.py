@@ -66,23 +66,31 @@ def _prepare_data(planner: Planner, log: Callable[[str], None]) -> None:
         f"trials read them from the cache {planner.sweep.base['data']['cache_dir']}")
 
 
-def _init_ray(address: str | None, num_cpus: int | None) -> bool:
-    """Local Ray by default; --address or $RAY_ADDRESS joins a cluster. Returns is_local."""
+def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()) -> bool:
+    """Local Ray by default; --address or $RAY_ADDRESS joins a cluster. Returns is_local.
+
+    The config's `plugins` modules (already imported here by the config check) travel to the
+    workers as py_modules, so a trial process imports the same code the driver validated."""
     import logging
 
     import ray
+
+    from mtbert.config import import_plugins
 
     address = address or os.environ.get("RAY_ADDRESS")
     # Trial stdout goes to each trial's train.log; the console keeps the compact progress.
     common = dict(log_to_driver=False, logging_level=logging.WARNING, ignore_reinit_error=True)
     if ray.is_initialized():
         return not address
+    modules: list = import_plugins(list(plugins))
     if address:
         root = Path(__file__).resolve().parents[1]
-        ray.init(address=address, runtime_env={"py_modules": [str(root / "mtbert"), str(root / "orchestration")]},
-                 **common)
+        modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
+    runtime_env = {"py_modules": modules} if modules else None
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, **common)
         return False
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env, **common)
     return True
 
 
@@ -154,11 +162,15 @@ def _search_space_doc(sweep: Sweep, planner: Planner) -> str:
 
 
 def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
+    from mtbert.tasks import get_task
+
     return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
             "scheduler": sweep.spec.scheduler.type, "ray_experiment": str(run_dir),
             "space_keys": ",".join(d.key for d in sweep.dims), "smoke": str(sweep.smoke).lower(),
             "num_trials": str(total), "driver_host": socket.gethostname(),
-            "tasks": ",".join(sweep.base["tasks"])}
+            "tasks": ",".join(sweep.base["tasks"]),
+            # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
+            "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"])}
 
 
 # --------------------------------------------------------------------------- run / resume
@@ -186,7 +198,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     for note in sweep.notes:
         log(note)
     _prepare_data(planner, log)
-    local = _init_ray(address, num_cpus)
+    plugins = list(sweep.base.get("plugins") or [])
+    local = _init_ray(address, num_cpus, plugins)
     _check_resources(sweep, local, log)
     if not local:
         _check_nodes([t["config"] for t in planner.fixed_trials()], storage_dir)
@@ -205,7 +218,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
         "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
         "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
-        "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources),
+        "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources), "plugins": plugins,
     }, indent=2))
     log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline), {sweep.spec.search.algorithm} search, "
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
@@ -259,7 +272,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     run_dir = _find_run_dir(path_or_name)
     state = json.loads((run_dir / STATE_FILE).read_text())
     check_tracking(state["tracking_uri"])
-    if not _init_ray(address, num_cpus):
+    if not _init_ray(address, num_cpus, state.get("plugins", [])):
         check_shared_storage_of(run_dir.parent)
     tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
                              state["sweep"], state.get("git_commit"))

@@ -4,7 +4,7 @@
 
 One row per configuration: regime (head regime, encoder sharing k, and any other swept key
 off its default), learning rate, loss weights, best dev overall and its epoch, the task
-scores at that epoch, train time, model size and TM-relative score. The baseline is marked
+scores at that epoch, train time, model size, peak memory and TM-relative score. The baseline is marked
 with * and pinned first, as in the paper. A configuration run under several seeds is one
 row of mean ± std (n). Runs come from MLflow (pandas): the child runs of one sweep's parent
 run, by default the experiment's latest sweep.
@@ -31,9 +31,9 @@ from orchestration.errors import SweepError
 from orchestration.labels import fmt_lr, fmt_weights, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
-# Column key -> header; task columns are added from the registry (metric name -> label).
+# Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
-NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "tm_relative_score"]
+NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memory_mb", "tm_relative_score"]
 LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "peak_memory_mb", "best_epoch"}
 
 
@@ -99,7 +99,9 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     if done.empty:
         return pd.DataFrame()
     tasks = [t for t in parent_tags.get("tasks", "sst,para,sts").split(",") if t]
-    task_metrics = [TASKS[t].metric_name for t in tasks if t in TASKS]
+    # The sweep names its metric columns; sweeps from before that tag go by the registry.
+    task_metrics = [m for m in parent_tags["task_metrics"].split(",") if m] if "task_metrics" in parent_tags \
+        else [TASKS[t].metric_name for t in tasks if t in TASKS]
     swept = [k for k in parent_tags.get("space_keys", "").split(",") if k]
     defaults = flatten(Config())
     rows = []
@@ -166,11 +168,12 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     task_metrics = table.attrs.get("task_metrics", [])
     grouped = bool((table["n"] > 1).any()) if not table.empty else False
     headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall", "Epoch",
-               *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)", "TM-rel."]
+               *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)",
+               "Peak mem. (MB)", "TM-rel."]
     if grouped:
         headers.append("n")
     digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
-              "tm_relative_score": 3, **{m: 3 for m in task_metrics}}
+              "peak_memory_mb": 0, "tm_relative_score": 3, **{m: 3 for m in task_metrics}}
     rows = []
     for _, r in table.iterrows():
         n = int(r["n"])
@@ -178,7 +181,8 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         if r["stopped_early"]:
             label += " †"
         cells = [label, r["lr"], r["weights"]]
-        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "tm_relative_score"]:
+        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb",
+                     "tm_relative_score"]:
             cells.append(_cell(r[name], r[f"{name}_std"], n, digits[name]))
         if grouped:
             cells.append(str(n))
@@ -187,7 +191,8 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
-           "Epoch is 1-based; seeds grouped as mean ± std.")
+           "Epoch is 1-based; seeds grouped as mean ± std. Peak mem.: CUDA peak allocated, or on CPU "
+           "the trial process's peak resident set.")
 
 
 def _markdown(headers: list[str], rows: list[list[str]]) -> str:

@@ -22,6 +22,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from mtbert.config import Config
 from mtbert.data.readers import DataError, load_splits
 from mtbert.data.types import Batch, BadRows, Encoded, Example
+from mtbert.hub import pretrained_source
 from mtbert.tasks import TaskSpec, get_task
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, in this order
@@ -40,21 +41,10 @@ def get_tokenizer(cfg: Config, texts: Iterable[str] = ()) -> PreTrainedTokenizer
     return _pretrained_tokenizer(name)
 
 
-def _looks_local(name: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else with a path shape is meant as a directory.
-    return (name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
-            or Path(name).expanduser().exists())
-
-
 def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    source = name
-    if _looks_local(name):
-        path = Path(name).expanduser()
-        if not path.is_dir():
-            raise DataError(f"model.name_or_path: {name} not found")
-        source = str(path.resolve())
+    source, kwargs = pretrained_source(name, DataError)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DataError(f"model.name_or_path: cannot load a tokenizer from '{name}' ({first})") from None

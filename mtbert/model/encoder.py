@@ -1,13 +1,8 @@
 """Loading a BERT-family encoder: a hub name, a local directory, or a tiny random-init model."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from mtbert.config import Config, ConfigError
-
-
-def _looks_local(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or Path(name).exists()
+from mtbert.hub import pretrained_source
 
 
 def encoder_config(cfg: Config, vocab_size: int | None = None):
@@ -25,10 +20,9 @@ def encoder_config(cfg: Config, vocab_size: int | None = None):
             intermediate_size=m.tiny.intermediate,
             max_position_embeddings=max(128, m.max_length),
         )
-    if _looks_local(m.name_or_path) and not Path(m.name_or_path).expanduser().is_dir():
-        raise ConfigError(f"model.name_or_path: {m.name_or_path} not found")
+    source, kwargs = pretrained_source(m.name_or_path, ConfigError)
     try:
-        return AutoConfig.from_pretrained(m.name_or_path)
+        return AutoConfig.from_pretrained(source, **kwargs)
     except OSError as exc:
         raise ConfigError(f"model.name_or_path: cannot load '{m.name_or_path}' "
                           f"({str(exc).splitlines()[0]})") from None
@@ -42,7 +36,8 @@ def load_encoder(cfg: Config, vocab_size: int | None = None):
         enc = BertModel(encoder_config(cfg, vocab_size), add_pooling_layer=True)
     else:
         encoder_config(cfg)  # readable error for a missing directory or unknown hub name
-        enc = AutoModel.from_pretrained(cfg.model.name_or_path)
+        source, kwargs = pretrained_source(cfg.model.name_or_path, ConfigError)
+        enc = AutoModel.from_pretrained(source, **kwargs)
     if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
         raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}' is not a BERT-family "
                           "encoder (needs .embeddings and .encoder.layer)")

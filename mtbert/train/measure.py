@@ -38,14 +38,35 @@ class StepTimer:
         self.elapsed += time.perf_counter() - self._t0
 
 
+# On CPU the peak is the process's resident-set high-water mark. Ray runs a sweep's trials one
+# after another in the same worker process, so the lifetime peak (getrusage) would carry the
+# largest earlier trial into every later one; Linux can reset the mark (proc(5), clear_refs
+# "5"), which makes the figure this run's own peak. Elsewhere it stays the lifetime peak.
+_CLEAR_REFS, _STATUS = "/proc/self/clear_refs", "/proc/self/status"
+
+
 def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open(_CLEAR_REFS, "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA peak allocated memory, or the process's peak resident set size on CPU."""
+    """CUDA peak allocated memory, or the process's peak resident set size on CPU (since the
+    last reset_peak_memory where the OS allows it)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open(_STATUS) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**10  # kB
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
