@@ -3,11 +3,14 @@
     python bench/throughput.py [--steps 30] [--rounds 3] [--models tiny,minilm]
 
 Comparisons (each prints sequences/s of both arms and their ratio):
-  packed-vs-naive  the real train step (dynamic padding, the shared trunk run once over all
-                   tasks' packed batch) vs a naive loop (pad to max_length, each task's batch
-                   through its own full forward), same model and data, tuple sampling.
+  packed-vs-naive  the real train step (dynamic padding, all tasks' rows packed into one
+                   forward, run in length buckets) vs a naive loop (pad to max_length, each
+                   task's batch through its own full forward, no buckets), same model and
+                   data, tuple sampling.
   bi-vs-cross      pairs.encoding: bi vs cross (real step).
   pcgrad-on-vs-off loss.pcgrad on vs off (real step, tuple sampling).
+  buckets          train.length_buckets on vs off (one padded batch), real step, with the
+                   padding each leaves, for 3-bert and 1-bert.
 Arms alternate in rounds so that machine noise hits both alike; only ratios are stable.
 """
 from __future__ import annotations
@@ -89,6 +92,16 @@ class Arm:
             self.step()
         self.seconds += time.perf_counter() - t0
 
+    def padding(self, steps: int = 50) -> float:
+        """Share of the encoder's layer positions that are padding, over `steps` sampled steps."""
+        iters = {t: TaskBatches(len(ds), self.cfg.train.batch_size, seed=1) for t, ds in self.prepared.train.items()}
+        real = done = 0
+        for _ in range(steps):
+            packed = pack([collate(self.prepared.train[t], iters[t].next(), self.pad) for t in self.cfg.tasks])
+            r, d = self.model.layer_positions(packed, torch.device("cpu"))
+            real, done = real + r, done + d
+        return 1 - real / done
+
     @property
     def rate(self) -> float:
         return self.seqs / self.seconds
@@ -111,7 +124,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="tiny,minilm")
-    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off")
+    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off,buckets")
     # One thread by default: on a small shared machine, intra-op threads that wait on each
     # other turn load from other processes into 10x swings that no alternation can cancel.
     ap.add_argument("--threads", type=int, default=1)
@@ -126,14 +139,20 @@ def main() -> None:
         print(f"== {model} (batch 16 per task, max_length 128, 3 tasks per step, CPU, "
               f"{torch.get_num_threads()} threads)")
         if "packed-vs-naive" in only:
-            compare("packed trunk vs naive loop", Arm("packed", raw, {}), Arm("naive", raw, {}, naive=True),
-                    args.steps, args.rounds)
+            compare("packed trunk vs naive loop", Arm("packed", raw, {}),
+                    Arm("naive", raw, {"train.bucket_rows": 0}, naive=True), args.steps, args.rounds)
         if "bi-vs-cross" in only:
             compare("bi vs cross pairs", Arm("bi", raw, {"pairs.encoding": "bi"}),
                     Arm("cross", raw, {"pairs.encoding": "cross"}), args.steps, args.rounds)
         if "pcgrad-on-vs-off" in only:
             compare("pcgrad on vs off", Arm("pcgrad", raw, {"loss.pcgrad": True}),
                     Arm("plain", raw, {}), args.steps, args.rounds)
+        if "buckets" in only:
+            for k, name in ((0, "3-bert"), (None, "1-bert")):
+                on = Arm("buckets", raw, {"train.length_buckets": True, "sharing.encoder_shared_layers": k})
+                off = Arm("one batch", raw, {"train.length_buckets": False, "sharing.encoder_shared_layers": k})
+                compare(f"{name} buckets vs one batch ({on.padding():.0%} vs {off.padding():.0%} pad)",
+                        on, off, args.steps, args.rounds)
 
 
 if __name__ == "__main__":

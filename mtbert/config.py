@@ -157,6 +157,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto = bf16 autocast on CUDA
     save_checkpoint: bool = True
+    # Run the encoder over length-sorted buckets of rows instead of one padded batch
+    # (model/multitask.py: length_buckets). null = on for CPU, off on CUDA. Speed, not results.
+    length_buckets: bool | None = None
 
 
 @dataclass

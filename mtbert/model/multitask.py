@@ -5,14 +5,18 @@ layers are single modules used by every task; layers k..L (and the pooler, unles
 are deep-copied per task. k = L is 1-bert, k = 0 is 3-bert, k = L/2 is hybrid-bert.
 
 When several tasks train in one step, their sequences are packed into one batch so the
-shared trunk runs once; the batch is split by task where the private layers begin.
+shared layers see every task's rows together; the batch is split by task where the private
+layers begin. Within each stage the rows run in length buckets (see `length_buckets`).
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mtbert.config import Config, ConfigError
@@ -24,16 +28,25 @@ from mtbert.tasks import TaskSpec, get_task
 
 @dataclass
 class Packed:
-    """Sequences of several batches padded to one length and stacked along the batch."""
+    """Sequences of several batches, right-padded to one length and stacked along the batch."""
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     token_type_ids: torch.Tensor
     segments: list[tuple[str, int, int, int]]  # (task, side, start, end) rows
+    lengths: list[int]  # real tokens per row, kept on the host so bucketing needs no device sync
+    buckets: dict = field(default_factory=dict, repr=False)  # (rows, call cost) -> length_buckets
 
     def to(self, device) -> "Packed":
         return Packed(self.input_ids.to(device, non_blocking=True),
                       self.attention_mask.to(device, non_blocking=True),
-                      self.token_type_ids.to(device, non_blocking=True), self.segments)
+                      self.token_type_ids.to(device, non_blocking=True), self.segments, self.lengths,
+                      self.buckets)
+
+    def bucketed(self, rows: range, cost: float) -> list[tuple[list[int], int]]:
+        key = (rows.start, rows.stop, cost)
+        if key not in self.buckets:
+            self.buckets[key] = length_buckets(self.lengths, rows, cost)
+        return self.buckets[key]
 
 
 def pack(batches: list[Batch]) -> Packed:
@@ -45,15 +58,74 @@ def pack(batches: list[Batch]) -> Packed:
     ids = torch.zeros(rows, width, dtype=torch.long, device=dev)
     mask = torch.zeros_like(ids)
     types = torch.zeros_like(ids)
-    segments, at = [], 0
+    segments, lengths, at = [], [], 0
     for task, side, e in seqs:
         n, t = e.input_ids.shape
         ids[at:at + n, :t] = e.input_ids
         mask[at:at + n, :t] = e.attention_mask
         types[at:at + n, :t] = e.token_type_ids
         segments.append((task, side, at, at + n))
+        lengths += e.attention_mask.sum(1).tolist()
         at += n
-    return Packed(ids, mask, types, segments)
+    return Packed(ids, mask, types, segments, lengths)
+
+
+def _by_task(packed: Packed) -> dict[str, list[tuple[int, int, int]]]:
+    """task -> its (side, start, end) row ranges; pack() keeps a task's rows contiguous."""
+    out: dict[str, list[tuple[int, int, int]]] = {}
+    for task, side, s, e in packed.segments:
+        out.setdefault(task, []).append((side, s, e))
+    return out
+
+
+def length_buckets(lengths: Sequence[int], rows: Sequence[int], call_cost: float) -> list[tuple[list[int], int]]:
+    """`rows` sorted longest first and cut into the runs (groups) that minimise
+
+        sum over groups of (rows in the group x its longest row) + call_cost x groups,
+
+    the positions an encoder layer computes plus a price, in positions, for each extra call.
+    Returns each group with its width. call_cost 0 gives a group per distinct length,
+    infinity one group (a single padded batch).
+
+    Why: one padded batch costs rows x its longest row. On the CS224N data with tuple
+    sampling 65% of those positions are padding, most of it length spread inside each task's
+    own batch (SST sentences average 25 tokens, Quora and STS 15; a batch's longest is 2-3x
+    that). Padded positions are masked out of attention and never pooled, so trimming them
+    changes no real token's output, up to float rounding (tests/model/test_buckets.py).
+    """
+    order = sorted(rows, key=lambda r: -lengths[r])
+    widths = [max(1, lengths[r]) for r in order]
+    if not order or call_cost == math.inf:
+        return [(order, widths[0])] if order else []
+    # best[j]: cheapest split of the j longest rows; the last group is order[cut[j]:j].
+    best, cut = [0.0] + [math.inf] * len(order), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):
+            cost = best[i] + (j - i) * widths[i] + call_cost
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(order)
+    while j:
+        groups.append((order[cut[j]:j], widths[cut[j]]))
+        j = cut[j]
+    return groups[::-1]
+
+
+# The price of an extra layer call, in positions, for a 384-wide encoder on a CPU core. With
+# tuple sampling, batch 16 (bench/throughput.py --only buckets, one thread): MiniLM trained
+# fastest at 16-64 (2.1x 1-bert, 1.6x 3-bert over one padded batch per stage); the 64-wide
+# tiny encoder only above 256, where its calls cost more than the padding they save. The
+# price scales as (384 / hidden)^2: 1152 for the tiny encoder, 8 for bert-base.
+CALL_COST_AT_384 = 32.0
+
+
+def call_cost(setting: bool | None, hidden: int, device: torch.device) -> float:
+    """train.length_buckets as a price per extra layer call, in positions (inf = off).
+    Null turns buckets on for CPU only: on GPUs, where small calls leave the device idle,
+    they are unmeasured."""
+    if setting is False or (setting is None and device.type != "cpu"):
+        return math.inf
+    return CALL_COST_AT_384 * (384 / hidden) ** 2
 
 
 def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -74,6 +146,8 @@ class MultitaskModel(nn.Module):
             raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi "
                               "(upstream heads read one pooled vector per example)")
         self.pad_token_id = pad_token_id
+        self.length_buckets = cfg.train.length_buckets
+        self.call_cost: float | None = None  # overrides the setting (tests, bench)
 
         enc = load_encoder(cfg, vocab_size)
         self.hf_config = enc.config
@@ -159,38 +233,86 @@ class MultitaskModel(nn.Module):
     def embed(self, packed: Packed) -> torch.Tensor:
         return self.embeddings(input_ids=packed.input_ids, token_type_ids=packed.token_type_ids)
 
-    def _layer(self, layer: nn.Module, h: torch.Tensor, mask4: torch.Tensor, mask2: torch.Tensor,
-               idx: int, segments) -> torch.Tensor:
-        out = layer(h, mask4)
-        out = out[0] if isinstance(out, tuple) else out
+    def _stack(self, layers: Sequence[nn.Module], first: int, h: torch.Tensor, mask2: torch.Tensor,
+               row_tasks: list[str]) -> torch.Tensor:
+        """Encoder layers `first`, `first`+1, ... over rows whose tasks are `row_tasks`."""
+        mask4 = _additive_mask(mask2, h.dtype)
+        groups = None
         if self.pals is not None:
-            # PALs run in parallel to the layer, one stack per task (pals-annealed-sampling.txt).
-            delta = torch.cat([self.pals[task](idx, h[s:e], mask2[s:e]) for task, _, s, e in segments])
-            out = out + delta
-        return out
+            at: dict[str, list[int]] = {}
+            for i, task in enumerate(row_tasks):
+                at.setdefault(task, []).append(i)
+            groups = [(task, torch.tensor(rows, device=h.device)) for task, rows in at.items()]
+        for j, layer in enumerate(layers):
+            out = layer(h, mask4)
+            out = out[0] if isinstance(out, tuple) else out
+            if groups:
+                # PALs run in parallel to the layer, one stack per task (pals-annealed-sampling.txt).
+                if len(groups) == 1:
+                    out = out + self.pals[groups[0][0]](first + j, h, mask2)
+                else:
+                    delta = torch.zeros_like(out)
+                    for task, rows in groups:
+                        delta = delta.index_add(0, rows, self.pals[task](first + j, h[rows], mask2[rows]))
+                    out = out + delta
+            h = out
+        return h
+
+    def _call_cost(self, device: torch.device) -> float:
+        if self.call_cost is not None:
+            return self.call_cost
+        return call_cost(self.length_buckets, self.hf_config.hidden_size, device)
+
+    def _bucketed(self, packed: Packed, h: torch.Tensor, rows: range,
+                  fn: Callable[[torch.Tensor, torch.Tensor, list[int]], torch.Tensor]) -> torch.Tensor:
+        """fn(h, mask, rows) on each length bucket of `rows`, trimmed to the bucket's width;
+        the outputs back in `rows` order (hidden states padded back to h's width)."""
+        mask2 = packed.attention_mask
+        outs, order = [], []
+        for bucket, width in packed.bucketed(rows, self._call_cost(h.device)):
+            idx = torch.tensor(bucket, device=h.device)
+            out = fn(h[idx, :width], mask2[idx, :width], bucket)
+            if out.dim() == 3 and width < h.shape[1]:
+                out = F.pad(out, (0, 0, 0, h.shape[1] - width))
+            outs.append(out)
+            order += bucket
+        where = {row: i for i, row in enumerate(order)}
+        back = torch.tensor([where[row] for row in rows], device=h.device)
+        return torch.cat(outs)[back]
 
     def encode(self, packed: Packed, emb: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
         """Embeddings -> pooled vector per (task, side)."""
-        mask2 = packed.attention_mask
-        mask4 = _additive_mask(mask2, emb.dtype)
+        row_tasks = [task for task, _, s, e in packed.segments for _ in range(s, e)]
         h = emb
-        for i, layer in enumerate(self.shared_layers):
-            h = self._layer(layer, h, mask4, mask2, i, packed.segments)
+        if len(self.shared_layers):
+            h = self._bucketed(packed, h, range(len(row_tasks)), lambda x, m, rows: self._stack(
+                self.shared_layers, 0, x, m, [row_tasks[r] for r in rows]))
         pooled = {}
-        # Private layers run once per task over all of that task's rows (both sides of a bi pair).
-        by_task: dict[str, list[tuple[int, int, int]]] = {}
-        for task, side, s, e in packed.segments:
-            by_task.setdefault(task, []).append((side, s, e))
-        for task, parts in by_task.items():
+        # Private layers run per task over all of that task's rows (both sides of a bi pair).
+        for task, parts in _by_task(packed).items():
             s0, e0 = parts[0][1], parts[-1][2]
-            ht, m4, m2 = h[s0:e0], mask4[s0:e0], mask2[s0:e0]
-            segs = [(task, side, s - s0, e - s0) for side, s, e in parts]
-            for j, layer in enumerate(self.task_layers[task]):
-                ht = self._layer(layer, ht, m4, m2, self.k + j, segs)
-            out = self.pooled_norm(self._pool(task, ht, m2))
+
+            def private(x: torch.Tensor, m: torch.Tensor, rows: list[int], task: str = task) -> torch.Tensor:
+                x = self._stack(self.task_layers[task], self.k, x, m, [task] * len(rows))
+                return self.pooled_norm(self._pool(task, x, m))
+
+            out = self._bucketed(packed, h, range(s0, e0), private)
             for side, s, e in parts:
                 pooled[(task, side)] = out[s - s0:e - s0]
         return pooled
+
+    def layer_positions(self, packed: Packed, device: torch.device) -> tuple[int, int]:
+        """(real tokens, positions computed) summed over the encoder layers of one forward:
+        what the padding costs after bucketing."""
+        cost = self._call_cost(device)
+
+        def positions(rows: range) -> int:
+            return sum(len(bucket) * width for bucket, width in packed.bucketed(rows, cost))
+        real = sum(packed.lengths) * self.num_layers
+        done = positions(range(len(packed.lengths))) * self.k
+        for parts in _by_task(packed).values():
+            done += positions(range(parts[0][1], parts[-1][2])) * (self.num_layers - self.k)
+        return real, done
 
     def _pool(self, task: str, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "pooler":

@@ -158,8 +158,9 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                 # Collate and pack on the host (padding counts cost no device sync), move once.
                 batches = [collate(prepared.train[t], iters[t].next(), pad_id) for t in step_tasks]
                 packed = pack(batches)
-                pad_tokens += int(packed.attention_mask.numel()) - int(packed.attention_mask.sum())
-                all_tokens += int(packed.attention_mask.numel())
+                real, done = model.layer_positions(packed, device)
+                pad_tokens += done - real
+                all_tokens += done
                 packed = packed.to(device)
                 batches = [b.to(device) for b in batches]
                 losses, raws = train_step(model, optimizer, packed, batches, weights, cfg, shared, gen, autocast)
