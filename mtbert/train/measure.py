@@ -1,6 +1,8 @@
 """Where the figures come from: device choice, wall-clock of training steps, peak memory."""
 from __future__ import annotations
 
+import ctypes
+import gc
 import resource
 import sys
 import time
@@ -49,6 +51,13 @@ def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
+    # The mark resets to the current RSS, which still holds what earlier runs in this process
+    # freed but the allocator kept: collect and hand it back to the OS first (glibc only).
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     try:
         with open(_CLEAR_REFS, "w") as f:
             f.write("5")
