@@ -25,6 +25,7 @@ from orchestration.tracking import SweepTracking, check_tracking, git_commit
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
+IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
 
 
 @dataclass
@@ -70,7 +71,9 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     """Local Ray by default; --address or $RAY_ADDRESS joins a cluster. Returns is_local.
 
     The config's `plugins` modules (already imported here by the config check) travel to the
-    workers as py_modules, so a trial process imports the same code the driver validated."""
+    workers as py_modules, so a trial process imports the same code the driver validated.
+    A driver running as a Ray job ships nothing: the job's runtime_env already carries the
+    project and the working folder (jobs.py), and Ray refuses a second py_modules."""
     import logging
 
     import ray
@@ -86,6 +89,8 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     if address:
         root = Path(__file__).resolve().parents[1]
         modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
+    if IN_RAY_JOB in os.environ:
+        modules = []
     runtime_env = {"py_modules": modules} if modules else None
     if address:
         ray.init(address=address, runtime_env=runtime_env, **common)
