@@ -95,8 +95,10 @@ def length_buckets(lengths: Sequence[int], rows: Sequence[int], call_cost: float
     """
     order = sorted(rows, key=lambda r: -lengths[r])
     widths = [max(1, lengths[r]) for r in order]
-    if not order or call_cost == math.inf:
-        return [(order, widths[0])] if order else []
+    if not order:
+        return []
+    if sum(widths[0] - w for w in widths) <= call_cost:  # all the padding is worth less than a call
+        return [(order, widths[0])]
     # best[j]: cheapest split of the j longest rows; the last group is order[cut[j]:j].
     best, cut = [0.0] + [math.inf] * len(order), [0] * (len(order) + 1)
     for j in range(1, len(order) + 1):

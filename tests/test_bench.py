@@ -1,0 +1,31 @@
+"""The benchmark scripts still run: a few steps of each on the tiny model (the figures they
+print are only meaningful at their default sizes)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_throughput_bench_prints_every_ratio():
+    out = run("throughput.py", "--models", "tiny", "--steps", "1", "--rounds", "1")
+    for title in ("packed trunk vs naive loop", "bi vs cross pairs", "pcgrad on vs off",
+                  "3-bert buckets vs one batch", "1-bert buckets vs one batch"):
+        assert title in out, out
+    assert out.count("ratio") == 5, out
+
+
+@pytest.mark.slow
+def test_orchestration_bench_runs_a_real_sweep():
+    out = run("orchestration.py", "--trials", "2", "--epochs", "1", "--steps", "2")
+    assert "overhead ratio" in out and "MLflow" in out, out
