@@ -7,6 +7,7 @@ check, which turns "no network" into one line at once.
 """
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from pathlib import Path
@@ -48,19 +49,27 @@ def _unreachable(endpoint: str) -> str | None:
 def pretrained_source(name: str, error: type[Exception]) -> tuple[str, dict]:
     """(what to give from_pretrained, its keyword arguments) for `model.name_or_path`, or
     `error` with one line saying why the model cannot be had."""
+    source, kwargs, problem = _resolve(name)
+    if problem:
+        raise error(f"model.name_or_path: {problem}")
+    return source, kwargs
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve(name: str) -> tuple[str, dict, str | None]:
+    """Once per name and process: the tokenizer, the config check and the weights all ask,
+    and the connection check should not run three times."""
     if looks_local(name):
         path = Path(name).expanduser()
-        if not path.is_dir():
-            raise error(f"model.name_or_path: {name} not found")
-        return str(path.resolve()), {}
+        return (str(path.resolve()), {}, None) if path.is_dir() else (name, {}, f"{name} not found")
     if _cached(name):
-        return name, {"local_files_only": True}
+        return name, {"local_files_only": True}, None
     if _offline():
-        raise error(f"model.name_or_path: '{name}' is not in the Hugging Face cache and HF_HUB_OFFLINE is set; "
-                    "download it where there is network, or give a local folder")
+        return name, {}, (f"'{name}' is not in the Hugging Face cache and HF_HUB_OFFLINE is set; "
+                          "download it where there is network, or give a local folder")
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     reason = _unreachable(endpoint)
     if reason:
-        raise error(f"model.name_or_path: '{name}' is neither a local folder nor in the Hugging Face cache, "
-                    f"and {endpoint} is unreachable ({reason}); give a local folder or pre-download it")
-    return name, {}
+        return name, {}, (f"'{name}' is neither a local folder nor in the Hugging Face cache, and {endpoint} "
+                          f"is unreachable ({reason}); give a local folder or pre-download it")
+    return name, {}, None

@@ -85,18 +85,15 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     common = dict(log_to_driver=False, logging_level=logging.WARNING, ignore_reinit_error=True)
     if ray.is_initialized():
         return not address
-    modules: list = import_plugins(list(plugins))
-    if address:
-        root = Path(__file__).resolve().parents[1]
-        modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
-    if IN_RAY_JOB in os.environ:
-        modules = []
-    runtime_env = {"py_modules": modules} if modules else None
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, **common)
-        return False
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env, **common)
-    return True
+    modules: list = []
+    if IN_RAY_JOB not in os.environ:
+        modules = import_plugins(list(plugins))
+        if address:  # a cluster's nodes may not have the project installed
+            root = Path(__file__).resolve().parents[1]
+            modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
+    local = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
+    ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None, **local, **common)
+    return not address
 
 
 def _check_resources(sweep: Sweep, local: bool, log: Callable[[str], None]) -> None:

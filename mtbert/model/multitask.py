@@ -269,16 +269,17 @@ class MultitaskModel(nn.Module):
                   fn: Callable[[torch.Tensor, torch.Tensor, list[int]], torch.Tensor]) -> torch.Tensor:
         """fn(h, mask, rows) on each length bucket of `rows`, trimmed to the bucket's width;
         the outputs back in `rows` order (hidden states padded back to h's width)."""
-        mask2 = packed.attention_mask
-        outs, order = [], []
-        for bucket, width in packed.bucketed(rows, self._call_cost(h.device)):
-            idx = torch.tensor(bucket, device=h.device)
-            out = fn(h[idx, :width], mask2[idx, :width], bucket)
-            if out.dim() == 3 and width < h.shape[1]:
-                out = F.pad(out, (0, 0, 0, h.shape[1] - width))
-            outs.append(out)
-            order += bucket
-        where = {row: i for i, row in enumerate(order)}
+        mask2, full = packed.attention_mask, h.shape[1]
+
+        def run(index, width: int, bucket: list[int]) -> torch.Tensor:
+            out = fn(h[index, :width], mask2[index, :width], bucket)
+            return F.pad(out, (0, 0, 0, full - width)) if out.dim() == 3 and width < full else out
+
+        buckets = packed.bucketed(rows, self._call_cost(h.device))
+        if len(buckets) == 1:  # one group: the rows as they lie, only trimmed (no gather, no reorder)
+            return run(slice(rows.start, rows.stop), buckets[0][1], list(rows))
+        outs = [run(torch.tensor(bucket, device=h.device), width, bucket) for bucket, width in buckets]
+        where = {row: i for i, row in enumerate(r for bucket, _ in buckets for r in bucket)}
         back = torch.tensor([where[row] for row in rows], device=h.device)
         return torch.cat(outs)[back]
 

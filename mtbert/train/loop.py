@@ -88,11 +88,12 @@ def evaluate(model: MultitaskModel, dev: dict, cfg: Config, device, pad_id: int,
         order = sorted(range(len(ds)), key=lambda i: len(ds.sides[0][i]))
         preds, labels = [], []
         for at in range(0, len(order), cfg.train.eval_batch_size):
-            batch = collate(ds, order[at:at + cfg.train.eval_batch_size], pad_id).to(device)
+            batch = collate(ds, order[at:at + cfg.train.eval_batch_size], pad_id)
+            packed = pack([batch]).to(device)  # packed on the host: row lengths need no device sync
             with autocast():
-                out = model([batch])[name]
+                out = model.from_embeddings(packed, model.embed(packed))[name]
             preds.append(task.predict(out.float()))
-            labels.append(batch.labels)
+            labels.append(batch.labels.to(device))
         scores[name] = task.score(torch.cat(preds), torch.cat(labels))
     model.train()
     return scores
