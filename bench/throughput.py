@@ -27,7 +27,8 @@ from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
 from mtbert.data.types import Batch, Encoded
 from mtbert.model.multitask import MultitaskModel, pack
-from mtbert.train.loop import make_optimizer, seed_everything, train_step
+from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
+from mtbert.train.weighting import make_weighting
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / ".." / "shared"
@@ -64,15 +65,18 @@ class Arm:
         tok = self.prepared.tokenizer
         self.pad = tok.pad_token_id or 0
         self.model = MultitaskModel(self.cfg, vocab_size=len(tok), pad_token_id=self.pad)
-        self.opt = make_optimizer(self.model, self.cfg)
-        self.shared = self.model.shared_parameters() if self.cfg.loss.pcgrad else []
+        self.weighting = make_weighting(self.cfg)
+        self.opt = make_optimizer(self.model, self.cfg, self.weighting.parameters())
+        self.sched = make_scheduler(self.opt, self.cfg, 10**6)
+        self.shared = self.model.shared_parameters()
         self.weights = {t: self.cfg.loss_weight(t) for t in self.cfg.tasks}
         self.iters = {t: TaskBatches(len(ds), self.cfg.train.batch_size, seed=0)
                       for t, ds in self.prepared.train.items()}
         self.seqs, self.seconds = 0, 0.0
 
     def step(self) -> None:
-        batches = [collate(self.prepared.train[t], self.iters[t].next(), self.pad) for t in self.cfg.tasks]
+        idx = [self.iters[t].next() for t in self.cfg.tasks]
+        batches = [collate(self.prepared.train[t], i, self.pad) for t, i in zip(self.cfg.tasks, idx)]
         if self.naive:
             losses = [self.weights[b.task] * self.model.tasks[self.cfg.tasks.index(b.task)].loss(
                 self.naive_forward(b), b.labels) for b in batches]
@@ -81,8 +85,9 @@ class Arm:
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         else:
-            train_step(self.model, self.opt, pack(batches), batches, self.weights, self.cfg,
-                       self.shared, None, nullcontext)
+            train_step(self.model, batches, idx, self.weighting, self.cfg, self.shared, nullcontext,
+                       None, torch.device("cpu"))
+            _update(self.model, self.opt, self.sched, self.cfg)
         self.seqs += sum(len(b) for b in batches)
 
     def naive_forward(self, batch: Batch) -> torch.Tensor:

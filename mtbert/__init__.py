@@ -9,3 +9,9 @@ __version__ = "0.1.0"
 def train(*args, **kwargs):
     from mtbert.train.loop import train as _train
     return _train(*args, **kwargs)
+
+
+def load_model(path, device: str = "auto"):
+    """A trained model bundle (a run's best/ folder), ready to predict: see mtbert/bundle.py."""
+    from mtbert.bundle import load_model as _load
+    return _load(path, device)

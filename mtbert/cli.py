@@ -2,8 +2,49 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+# What a run writes into --output. A new run replaces all of them at once, at its end, so the
+# folder never holds one run's result.json beside another's best model.
+RUN_FILES = ("result.json", "best", "last")
+
+
+def _partial_folder(out: Path) -> Path:
+    """A fresh folder beside --output that the run writes into (checked before any compute)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--output {out}: exists and is not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as exc:
+        raise ValueError(f"--output {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+def _resumable(out: Path) -> Path | None:
+    """The folder `--resume` continues: the newest stopped run's partial folder beside --output
+    (a killed run never reached --output), else --output itself; None when neither holds one."""
+    from mtbert.train.state import STATE_FILE
+
+    stopped = [p for p in out.parent.glob(f".{out.name}.partial-*") if (p / "last" / STATE_FILE).is_file()]
+    if stopped:
+        return max(stopped, key=lambda p: (p / "last" / STATE_FILE).stat().st_mtime)
+    return out if (out / "last" / STATE_FILE).is_file() else None
+
+
+def _move_in(partial: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        old = out / name
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        elif old.exists() or old.is_symlink():
+            old.unlink()
+    for item in partial.iterdir():
+        os.replace(item, out / item.name)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -11,17 +52,73 @@ def cmd_train(args: argparse.Namespace) -> int:
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
 
-    cfg = load_config(args.config, args.set)
+    from mtbert.config import REFERENCE
+    from mtbert.train.progress import ProgressBar
+    from mtbert.train.state import STATE_FILE
+
+    # --reference: the frozen encoder with linear heads; --set still wins over it.
+    cfg = load_config(args.config, ([f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE.items()]
+                                    if args.reference else []) + list(args.set))
     check_against_encoder(cfg)  # depth-dependent keys fail before data is read
     out = Path(args.output)
-    result = train(cfg, output_dir=out)
+    resume_from = None
+    if args.resume:
+        run_dir = _resumable(out)
+        if run_dir is None:
+            raise FileNotFoundError(f"--resume: {out / 'last' / STATE_FILE} not found; "
+                                    f"{out} holds no run to continue (train without --resume)")
+        resume_from = run_dir / "last"
+        # A stopped run's partial folder goes on filling; a run that already reached --output
+        # (its last/ is rewritten atomically each epoch) continues there.
+        partial = run_dir if run_dir != out else None
+    else:
+        partial = _partial_folder(out)
+    # The bar redraws one terminal line; in a log file or a pipe it would be noise.
+    bar = ProgressBar(cfg.train.epochs) if sys.stdout.isatty() else None
+    try:
+        result = train(cfg, output_dir=partial or out, resume_from=resume_from, progress=bar,
+                       log=bar.log if bar else print)
+        if partial is not None:
+            _move_in(partial, out)
+    except BaseException:
+        if partial is not None and (partial / "last" / STATE_FILE).is_file():
+            print(f"mtbert: the run so far is kept in {partial}; `--resume` continues it", file=sys.stderr)
+            partial = None
+        if (out / "result.json").exists():
+            print(f"mtbert: {out} keeps the earlier run (this run wrote nothing there)", file=sys.stderr)
+        raise
+    finally:
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
     m = result.metrics
     for line in result.data_report:
         print(f"data: {line}")
     print(f"best epoch {m['best_epoch']}: overall={m['overall']:.4f} "
           f"train_time_s={m['train_time_s']:.1f} model_size_mb={m['model_size_mb']:.1f} "
           f"peak_memory_mb={m['peak_memory_mb']:.0f}")
-    print(f"wrote {out / 'result.json'}")
+    print(f"wrote {out / 'result.json'} and the model bundle {out / 'best'} (mtbert.load_model)")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from mtbert.bundle import load_model
+    from mtbert.config import build_config, parse_override, set_dotted, to_dict
+    from mtbert.predict import predict_split
+
+    bundle = load_model(args.model, device=args.device)
+    if args.set:
+        # Data keys only matter here: the files may live elsewhere than where it trained.
+        raw = to_dict(bundle.config)
+        for key, value in map(parse_override, args.set):
+            set_dotted(raw, key, value)
+        bundle.config = build_config(raw, source=f"{args.model}/config.yaml")
+    output = Path(args.output) if args.output else Path(args.model) / "predictions"
+    done = predict_split(bundle, args.split, output)
+    scored = [p for p in done if p.score is not None]
+    if scored:
+        from mtbert.train.metrics import overall
+
+        print(f"{args.split}: overall={overall([p.score for p in scored]):.4f} over {len(scored)} task(s)")
     return 0
 
 
@@ -32,8 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="YAML config (omit for the embedded default)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set optim.lr=1e-4 (repeatable)")
-    p.add_argument("--output", default="runs/train", help="folder for result.json and the best model")
+    p.add_argument("--output", default="runs/train",
+                   help="folder for result.json and the best model; a new run replaces them when it ends")
+    p.add_argument("--reference", action="store_true",
+                   help="train the frozen reference instead: every encoder layer frozen, linear heads")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run for --output from its last finished epoch (a stopped run's "
+                   "partial folder first; RNG states restored: the result equals an uninterrupted run's)")
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("predict", help="predict a split with a trained model bundle")
+    p.add_argument("--model", required=True, help="a model bundle: the best/ folder of a run")
+    p.add_argument("--split", default="dev", choices=["dev", "test"])
+    p.add_argument("--output", help="folder for the prediction files (default: <model>/predictions)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key of the bundle, e.g. --set data.dir=other/folder")
+    p.set_defaults(func=cmd_predict)
     try:
         from orchestration.cli import register
     except ImportError:  # the library alone still trains

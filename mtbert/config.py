@@ -49,15 +49,21 @@ class ModelConfig:
 
 @dataclass
 class ColumnMap:
+    # Used by csv/tsv/jsonl files; a cs224n-format file is read by the task's own CS224N
+    # names. The resolved config (result.json, MLflow params) shows what the reader used.
     text: str = "sentence"
     text2: str | None = None  # second sentence for pair tasks
     label: str = "label"
+    # Column naming each example in prediction files; null = the CS224N `id` column when the
+    # file has one, else the row number.
+    id: str | None = None
 
 
 @dataclass
 class TaskFiles:
     train: str = ""
     dev: str = ""
+    test: str = ""  # optional; labels may be absent (`mtbert predict --split test`)
     format: Literal["auto", "cs224n", "csv", "tsv", "jsonl"] = "auto"
     columns: ColumnMap = field(default_factory=ColumnMap)
 
@@ -71,8 +77,9 @@ class SyntheticData:
 
 @dataclass
 class DataConfig:
-    # synthetic: built-in generator; cs224n: `dir` holds ids-sst-train.csv, quora-train.csv, ...;
-    # files: one entry per task under `files`.
+    # synthetic: built-in generator (reads no files: a `files` entry is an error, not ignored);
+    # cs224n: `dir` holds ids-sst-train.csv, quora-train.csv, ...; a task with a `files` entry
+    # reads that instead (so a fourth task can join the CS224N three); files: one entry per task.
     source: Literal["synthetic", "cs224n", "files"] = "synthetic"
     dir: str | None = None
     files: dict[str, TaskFiles] = field(default_factory=dict)
@@ -96,9 +103,11 @@ class SharingConfig:
     # k of L encoder layers shared (with the embeddings); the rest are copied per task.
     # null = all L (1-bert); 0 = 3-bert; L/2 = hybrid-bert.
     encoder_shared_layers: int | None = None
-    head_regime: str = "I-I-I"  # S/I per hidden head layer; its length is the head depth
+    head_regime: str = "I-I-I"  # S/I per hidden head layer; its length is the head depth; none = 0
     head_share_tasks: list[str] | None = None  # null = all tasks share the S layers
-    cascade: Literal["none", "sst>para", "sst>para>sts"] = "none"
+    # "none" or a chain of configured tasks, upstream first, e.g. sst>para>sts: each head also
+    # reads the (detached) outputs of the heads before it (progressive-layer-sharing.txt).
+    cascade: str = "none"
     pal_size: int = 0  # PAL projection size d_s; 0 = off
 
 
@@ -117,22 +126,96 @@ class FreezeConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
+    """The fine-tuning recipe. A null value is filled in at load from the encoder (see
+    RECIPES): a pretrained encoder is fine-tuned the BERT way (small encoder rate, higher rate
+    for the freshly initialised heads, warmup, linear decay); the random-init `tiny` model
+    learns everything from scratch at one high constant rate. The resolved values are what
+    MLflow records, so a run always shows the rates it used."""
+    # Learning rate of the encoder's pretrained parameters (embeddings, layers, pooler).
+    lr: float | None = None
+    # Learning rate of the parameters that start from random init: heads, pair projections,
+    # PALs, the pooled LayerNorm (and a loss weighting's own parameters).
+    head_lr: float | None = None
+    # Layer-wise decay down the encoder: layer i of L gets lr x layer_decay^(L - i), the
+    # embeddings lr x layer_decay^L. 1.0 = one rate for the whole encoder.
+    layer_decay: float = 1.0
+    # LR multiplier over the optimizer steps (transformers' schedulers): constant, or linear /
+    # cosine decay to 0 at the last step; all after `warmup`.
+    schedule: Literal["constant", "linear", "cosine"] | None = None
+    # Linear warmup from 0: a ratio of all optimizer steps when < 1, a step count when >= 1.
+    warmup: float | None = None
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # max grad norm; 0 = off
 
 
+# Defaults for the null optim keys, by kind of encoder. Pretrained: 5e-5 for the encoder, the
+# upper end of the usual BERT fine-tuning range (2e-5..5e-5), because CPU budgets are a few
+# thousand steps; the heads start from random init and need ~20x that, with 10% warmup and a
+# linear decay. tiny: random init everywhere, so one high constant rate (what its smoke
+# sweeps learn fast with). The STS head: with a pretrained sentence encoder, the cosine of
+# the two sentence vectors scores 0.838 on the CS224N STS dev set before any training, while
+# a regression head trained on the same frozen vectors peaks at 0.821
+# (docs/results/reference.md), so cosine keeps what the encoder knows.
+RECIPES = {
+    "pretrained": {"lr": 5e-5, "head_lr": 1e-3, "schedule": "linear", "warmup": 0.1,
+                   "sts_head": "cosine"},
+    "tiny": {"lr": 1e-3, "head_lr": None, "schedule": "constant", "warmup": 0.0,  # head_lr = lr
+             "sts_head": "regression"},
+}
+
+
+@dataclass
+class UncertaintyConfig:
+    # Kendall et al. 2018: one learned log-variance s_i per task, loss sum_i exp(-s_i) L_i + s_i.
+    init: float = 0.0  # s_i at the start; 0 = every weight 1
+
+
+@dataclass
+class GradNormConfig:
+    # Chen et al. 2018: weights pulled toward equal gradient norms on the last shared layer,
+    # faster for tasks whose loss falls slower; alpha sets that pull (paper: 0.12 to 3).
+    alpha: float = 1.5
+    lr: float = 0.025  # Adam rate of the weights themselves (they have their own optimizer)
+
+
+@dataclass
+class DwaConfig:
+    temperature: float = 2.0  # Liu et al. 2019: softness of the softmax over loss ratios (paper: 2)
+
+
+@dataclass
+class CagradConfig:
+    c: float = 0.4  # Liu et al. 2021: radius of the ball around the mean gradient; 0 = the mean gradient
+
+
 @dataclass
 class LossConfig:
-    weights: dict[str, float] | None = None  # per task; null = equal weights summing to 1
+    # Per task, summing to 1 (as a sweep's simplex does); a task left out weighs 0, so
+    # {sst: 0.7, sts: 0.3} trains para on nothing. Not normalised: a sum other than 1 would
+    # silently scale the learning rate, so it is an error. null = equal weights.
+    weights: dict[str, float] | None = None
+    # How the per-task losses become one update: a name from mtbert.train.weighting.WEIGHTINGS.
+    # static = sum of loss.weights x loss; the others are the papers' methods, each with its
+    # own settings below. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
+    weighting: str = "static"
+    # Older spelling of `weighting: pcgrad`, kept so existing sweeps run unchanged.
     pcgrad: bool = False
+    uncertainty: UncertaintyConfig = field(default_factory=UncertaintyConfig)
+    gradnorm: GradNormConfig = field(default_factory=GradNormConfig)
+    dwa: DwaConfig = field(default_factory=DwaConfig)
+    cagrad: CagradConfig = field(default_factory=CagradConfig)
     smart: SmartConfig = field(default_factory=SmartConfig)
 
 
 @dataclass
 class SamplingConfig:
-    strategy: Literal["round_robin", "proportional", "annealed", "uniform", "tuple"] = "round_robin"
+    strategy: Literal["round_robin", "proportional", "annealed", "uniform", "tuple", "temperature"] = "round_robin"
     steps_per_epoch: int | None = None  # null = one pass over the largest task (tuple) / all tasks
+    # temperature strategy (jiant's): p_i ∝ N_i^(1/T); T = 1 is proportional, large T near uniform.
+    temperature: float = 2.0
+    # temperature strategy: N_i counted as min(N_i, size_cap), so one huge task (Quora) cannot
+    # take nearly every step; null = no cap.
+    size_cap: int | None = None
 
 
 @dataclass
@@ -145,7 +228,27 @@ class PairsConfig:
 
 @dataclass
 class StsConfig:
-    head: Literal["regression", "cosine"] = "regression"
+    # regression: a head on the pair features; cosine: the cosine of the two sentence vectors,
+    # trained towards similarity / 5 (no head layers: the encoder's own geometry is the score);
+    # cosine_mlp: the cosine after the task's hidden head layers (the papers' cosine heads, so
+    # head-sharing regimes apply to STS too).
+    # null = cosine for a pretrained encoder with bi-encoded pairs (see RECIPES), regression
+    # for tiny.
+    # The sts task's head; task_options.sts.head wins when set.
+    head: Literal["regression", "cosine", "cosine_mlp"] | None = None
+
+
+@dataclass
+class TaskOptions:
+    """Options of one task (`task_options.<task>`), for tasks whose shape differs from the rest."""
+    # Tokens per sequence for this task; null = model.max_length. Long texts (reviews) need
+    # more than short sentences, and one global length either cuts them or pads the rest.
+    max_length: int | None = None
+    # regression: the usual head (MLP on the pooled vector, or on [u, v, |u-v|, u*v] for a
+    # bi-encoded pair); cosine: cos(u, v) of the two sentence vectors mapped to the label range,
+    # for a similarity pair task (regression kind, pairs.encoding: bi). null = regression,
+    # except for sts, where sts.head decides.
+    head: Literal["regression", "cosine", "cosine_mlp"] | None = None
 
 
 @dataclass
@@ -155,11 +258,25 @@ class TrainConfig:
     eval_batch_size: int = 64
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto = bf16 autocast on CUDA
+    # auto = bf16 autocast on CUDA and on CPUs with native bf16 (AVX512-BF16 or AMX), whose
+    # bf16 matmuls run several times faster than fp32; fp32 elsewhere.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
     save_checkpoint: bool = True
+    # Micro-batches whose gradients add up before one optimizer step (an effective batch of
+    # batch_size x grad_accum per task); schedules count optimizer steps.
+    grad_accum: int = 1
+    # Stop after this many evaluations (epochs) without a new best overall; the best epoch is
+    # kept and reported. null = run every epoch.
+    patience: int | None = None
     # Run the encoder over length-sorted buckets of rows instead of one padded batch
     # (model/multitask.py: length_buckets). null = on for CPU, off on CUDA. Speed, not results.
     length_buckets: bool | None = None
+    # Frozen layers computed once: with the embeddings and the first n encoder layers frozen
+    # (freeze.layers), their outputs never change, so they are computed once per example and
+    # stored under data.cache_dir for every epoch and every trial with the same model, data,
+    # max_length and n. Frozen layers then run in eval mode (no dropout) whether cached or
+    # not. The cache is skipped when it would exceed this size (MB on disk); 0 = off.
+    frozen_cache_mb: int = 4096
 
 
 @dataclass
@@ -178,11 +295,25 @@ class Config:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     pairs: PairsConfig = field(default_factory=PairsConfig)
     sts: StsConfig = field(default_factory=StsConfig)
+    # task -> TaskOptions, e.g. {reviews: {max_length: 256}, sick: {head: cosine}}
+    task_options: dict[str, TaskOptions] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     # Derived helpers -------------------------------------------------------------
     def head_regime(self) -> list[str]:
-        return self.sharing.head_regime.split("-")
+        # "none": no hidden head layer, each task's output layer reads the pooled vector
+        # (a linear probe: logistic regression for the classification tasks).
+        return [] if self.sharing.head_regime == "none" else self.sharing.head_regime.split("-")
+
+    def max_length(self, task: str) -> int:
+        opts = self.task_options.get(task)
+        return opts.max_length if opts is not None and opts.max_length is not None else self.model.max_length
+
+    def task_head(self, task: str) -> str:
+        opts = self.task_options.get(task)
+        if opts is not None and opts.head is not None:
+            return opts.head
+        return self.sts.head if task == "sts" else "regression"
 
     def loss_weight(self, task: str) -> float:
         if self.loss.weights is None:
@@ -362,14 +493,22 @@ def build_config(raw: dict | None = None, overrides: list[str] | dict | None = N
         set_dotted(raw, key, value)
     try:
         cfg = _build(Config, raw, "")
+        resolve_recipe(cfg)
         validate(cfg)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return cfg
 
 
+SWEEP_FILE_KEYS = ("space", "base", "base_config", "search", "scheduler", "baseline")
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | dict | None = None) -> Config:
     raw = read_yaml(path) if path else {}
+    sweep_keys = [k for k in SWEEP_FILE_KEYS if k in raw]
+    if sweep_keys:
+        raise ConfigError(f"{path}: a sweep file (it has {', '.join(k + ':' for k in sweep_keys)}), "
+                          f"not a training config; run it with `mtbert sweep run {path}`")
     return build_config(raw, overrides, source=str(path) if path else "config")
 
 
@@ -404,6 +543,63 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
     return modules
 
 
+# The frozen reference: the encoder exactly as it came (every layer frozen, so its outputs are
+# computed once by the frozen-layer cache) with linear heads trained on top: a logistic
+# regression per classification task (on [u, v, |u-v|, u*v] for bi-encoded pairs) and, for a
+# sentence encoder, the cosine of the two sentence vectors for STS. Any fine-tuned row that
+# scores below it has lost what the encoder knew. `mtbert train --reference` and a sweep's
+# `reference: true` apply these over the config.
+REFERENCE = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
+             "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
+             "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
+             "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
+
+
+def resolve_recipe(cfg: Config) -> Config:
+    """Fill the null recipe keys (optim.*, sts.head) from RECIPES for this kind of encoder."""
+    recipe = RECIPES["tiny" if cfg.model.name_or_path == "tiny" else "pretrained"]
+    for key in ("lr", "schedule", "warmup"):
+        if getattr(cfg.optim, key) is None:
+            setattr(cfg.optim, key, recipe[key])
+    if cfg.optim.head_lr is None:
+        cfg.optim.head_lr = recipe["head_lr"] if recipe["head_lr"] is not None else cfg.optim.lr
+    if cfg.sts.head is None:
+        cfg.sts.head = recipe["sts_head"] if "sts" in cfg.tasks and cfg.pairs.encoding == "bi" else "regression"
+    return cfg
+
+
+WEIGHT_SUM_TOLERANCE = 5e-3  # as a sweep's simplex: weights may be written rounded (0.333 for 1/3)
+
+
+def _check_per_task(cfg: Config) -> None:
+    """Mappings keyed by task name: a key that is not a configured task would be ignored."""
+    from mtbert.tasks import get_task
+
+    for key, mapping in (("heads.task_dropout", cfg.heads.task_dropout or {}),
+                         ("task_options", cfg.task_options)):
+        for t in mapping:
+            if t not in cfg.tasks:
+                close = difflib.get_close_matches(t, cfg.tasks, n=1, cutoff=0.5)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"{key}.{t}: '{t}' is not one of tasks {cfg.tasks}{hint}")
+    for t, p in (cfg.heads.task_dropout or {}).items():
+        if not 0 <= p < 1:
+            raise ConfigError(f"heads.task_dropout.{t}: must be in [0, 1), got {p}")
+    for t, opts in cfg.task_options.items():
+        if opts.max_length is not None and opts.max_length <= 0:
+            raise ConfigError(f"task_options.{t}.max_length: must be > 0, got {opts.max_length}")
+    for t in cfg.tasks:
+        if cfg.task_head(t) not in ("cosine", "cosine_mlp"):
+            continue
+        key = f"task_options.{t}.head" if t in cfg.task_options and cfg.task_options[t].head else "sts.head"
+        task = get_task(t)
+        if not task.pair or task.kind != "regression":
+            raise ConfigError(f"{key}: cosine scores a sentence pair on a scale; '{t}' is a "
+                              f"{task.kind}{' pair' if task.pair else ' single-sentence'} task")
+        if cfg.pairs.encoding != "bi":
+            raise ConfigError(f"{key}: cosine needs pairs.encoding: bi (two sentence vectors)")
+
+
 def validate(cfg: Config) -> None:
     """Cross-key checks: combinations that make no sense fail here, naming the keys."""
     from mtbert.tasks import TASKS
@@ -420,8 +616,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")
 
     regime = cfg.head_regime()
-    if not regime or any(r not in ("S", "I") for r in regime):
-        raise ConfigError(f"sharing.head_regime: expected S/I letters joined by '-' (e.g. S-I-S), "
+    if any(r not in ("S", "I") for r in regime):
+        raise ConfigError(f"sharing.head_regime: expected S/I letters joined by '-' (e.g. S-I-S) or none, "
                           f"got {cfg.sharing.head_regime!r}")
     if cfg.sharing.head_share_tasks is not None:
         for t in cfg.sharing.head_share_tasks:
@@ -432,20 +628,27 @@ def validate(cfg: Config) -> None:
     if cfg.sharing.pal_size < 0:
         raise ConfigError("sharing.pal_size: must be >= 0")
     if cfg.sharing.cascade != "none":
-        chain = cfg.sharing.cascade.split(">")
+        chain = [t.strip() for t in cfg.sharing.cascade.split(">")]
+        if len(chain) < 2 or not all(chain):
+            raise ConfigError(f"sharing.cascade: expected none or tasks joined by '>' upstream first "
+                              f"(e.g. {'>'.join(cfg.tasks[:3])}), got {cfg.sharing.cascade!r}")
         missing = [t for t in chain if t not in cfg.tasks]
         if missing:
             raise ConfigError(f"sharing.cascade: '{cfg.sharing.cascade}' needs tasks {missing} "
                               f"which are not in tasks {cfg.tasks}")
+        if len(set(chain)) != len(chain):
+            raise ConfigError(f"sharing.cascade: '{cfg.sharing.cascade}' names a task twice")
+        cfg.sharing.cascade = ">".join(chain)
     if cfg.sharing.cascade != "none" and cfg.pairs.encoding == "bi":
         raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi (upstream heads "
                           "read one pooled vector per example); set pairs.encoding: cross")
-    if cfg.sharing.cascade != "none" and regime[0] == "S":
+    if cfg.sharing.cascade != "none" and regime and regime[0] == "S":
         raise ConfigError(f"sharing.cascade: downstream heads read [pooled, upstream outputs], wider "
                           f"than their upstream's input, so sharing.head_regime must start with I "
                           f"(got {cfg.sharing.head_regime})")
-    if cfg.sts.head == "cosine" and (cfg.pairs.encoding != "bi" or "sts" not in cfg.tasks):
+    if cfg.sts.head in ("cosine", "cosine_mlp") and (cfg.pairs.encoding != "bi" or "sts" not in cfg.tasks):
         raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors) and the sts task")
+    _check_per_task(cfg)
     if cfg.freeze.layers < -1:
         raise ConfigError("freeze.layers: must be >= 0, or -1 for the whole encoder")
 
@@ -455,18 +658,37 @@ def validate(cfg: Config) -> None:
                 raise ConfigError(f"loss.weights.{t}: '{t}' is not one of tasks {cfg.tasks}")
             if w < 0:
                 raise ConfigError(f"loss.weights.{t}: must be >= 0, got {w}")
-        if sum(cfg.loss.weights.get(t, 0.0) for t in cfg.tasks) <= 0:
+        total = sum(cfg.loss.weights.get(t, 0.0) for t in cfg.tasks)
+        if total <= 0:
             raise ConfigError("loss.weights: at least one weight must be positive")
-    if cfg.loss.pcgrad and cfg.sampling.strategy != "tuple":
-        raise ConfigError("loss.pcgrad: needs a loss for several tasks in one step; "
-                          f"set sampling.strategy: tuple (got '{cfg.sampling.strategy}')")
+        if abs(total - 1) > WEIGHT_SUM_TOLERANCE:
+            left_out = [t for t in cfg.tasks if t not in cfg.loss.weights]
+            note = f"; {', '.join(left_out)} weigh 0" if left_out else ""
+            raise ConfigError(f"loss.weights: must sum to 1, got {total:g}{note} (not normalised: "
+                              f"a larger sum would act as a larger learning rate)")
+    _validate_weighting(cfg)
     if cfg.loss.smart.weight < 0 or cfg.loss.smart.steps < 0:
         raise ConfigError("loss.smart: weight and steps must be >= 0")
 
-    for key, val in (("optim.lr", cfg.optim.lr), ("train.epochs", cfg.train.epochs),
+    for key, val in (("optim.lr", cfg.optim.lr), ("optim.head_lr", cfg.optim.head_lr),
+                     ("optim.layer_decay", cfg.optim.layer_decay), ("train.grad_accum", cfg.train.grad_accum),
+                     ("train.epochs", cfg.train.epochs),
                      ("train.batch_size", cfg.train.batch_size), ("model.max_length", cfg.model.max_length)):
         if not val > 0:
             raise ConfigError(f"{key}: must be > 0, got {val}")
+    if cfg.optim.layer_decay > 1:
+        raise ConfigError(f"optim.layer_decay: must be in (0, 1] (lower layers get smaller rates), "
+                          f"got {cfg.optim.layer_decay}")
+    if cfg.optim.warmup < 0 or (cfg.optim.warmup >= 1 and not float(cfg.optim.warmup).is_integer()):
+        raise ConfigError(f"optim.warmup: a ratio in [0, 1) or a whole number of steps, got {cfg.optim.warmup}")
+    if cfg.train.patience is not None and cfg.train.patience < 1:
+        raise ConfigError(f"train.patience: must be >= 1 (or null), got {cfg.train.patience}")
+    if cfg.train.frozen_cache_mb < 0:
+        raise ConfigError(f"train.frozen_cache_mb: must be >= 0 (0 = off), got {cfg.train.frozen_cache_mb}")
+    if not cfg.sampling.temperature > 0:
+        raise ConfigError(f"sampling.temperature: must be > 0, got {cfg.sampling.temperature}")
+    if cfg.sampling.size_cap is not None and cfg.sampling.size_cap <= 0:
+        raise ConfigError("sampling.size_cap: must be > 0 (or null)")
     if cfg.sampling.steps_per_epoch is not None and cfg.sampling.steps_per_epoch <= 0:
         raise ConfigError("sampling.steps_per_epoch: must be > 0 (or null)")
     if not 0 <= cfg.heads.dropout < 1:
@@ -474,9 +696,50 @@ def validate(cfg: Config) -> None:
 
     if cfg.data.source == "cs224n" and not cfg.data.dir:
         raise ConfigError("data.dir: required when data.source is cs224n")
+    if cfg.data.source == "synthetic" and cfg.data.files:
+        t = next(iter(cfg.data.files))
+        raise ConfigError(f"data.files.{t}: data.source is synthetic, which reads no files; "
+                          "set data.source: files (or cs224n, whose tasks read data.dir)")
+    for t in cfg.data.files:
+        if t not in cfg.tasks:
+            raise ConfigError(f"data.files.{t}: '{t}' is not one of tasks {cfg.tasks} (the entry "
+                              "would be read by nothing)")
     if cfg.data.source == "files":
         for t in cfg.tasks:
             if t not in cfg.data.files:
                 raise ConfigError(f"data.files.{t}: missing (data.source is files)")
             if not cfg.data.files[t].train or not cfg.data.files[t].dev:
                 raise ConfigError(f"data.files.{t}: needs both train and dev paths")
+
+
+def _validate_weighting(cfg: Config) -> None:
+    """loss.weighting names a registered method whose needs the rest of the config meets."""
+    from mtbert.train.weighting import WEIGHTINGS
+
+    loss = cfg.loss
+    key = "loss.pcgrad" if loss.pcgrad else "loss.weighting"
+    if loss.pcgrad:
+        # The old key is an alias: it picks the method, unless another one is already named.
+        if loss.weighting not in ("static", "pcgrad"):
+            raise ConfigError(f"loss.pcgrad: true is the old spelling of loss.weighting: pcgrad and cannot "
+                              f"be combined with loss.weighting: {loss.weighting}; drop loss.pcgrad")
+        loss.weighting = "pcgrad"
+    method = WEIGHTINGS.get(loss.weighting)
+    if method is None:
+        close = difflib.get_close_matches(loss.weighting, WEIGHTINGS, n=1, cutoff=0.5)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"loss.weighting: unknown method '{loss.weighting}'{hint}; "
+                          f"known: {', '.join(WEIGHTINGS)}")
+    if method.needs_every_task and cfg.sampling.strategy != "tuple":
+        what = "" if loss.pcgrad else f" {loss.weighting}"
+        raise ConfigError(f"{key}:{what} needs a loss for several tasks in one step; "
+                          f"set sampling.strategy: tuple (got '{cfg.sampling.strategy}')")
+    if loss.weights is not None and not method.uses_fixed_weights:
+        raise ConfigError(f"loss.weights: fixed weights are read by loss.weighting static or pcgrad; "
+                          f"{loss.weighting} sets its own, so leave loss.weights null")
+    for key, value in (("loss.gradnorm.alpha", loss.gradnorm.alpha), ("loss.cagrad.c", loss.cagrad.c)):
+        if value < 0:
+            raise ConfigError(f"{key}: must be >= 0, got {value}")
+    for key, value in (("loss.gradnorm.lr", loss.gradnorm.lr), ("loss.dwa.temperature", loss.dwa.temperature)):
+        if not value > 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")

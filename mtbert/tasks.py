@@ -6,6 +6,7 @@ Adding a task is one `register_task(TaskSpec(...))` call plus its data in the co
 from __future__ import annotations
 
 import difflib
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,7 +88,30 @@ class TaskSpec:
 TASKS: dict[str, TaskSpec] = {}
 
 
+KINDS = typing.get_args(Kind)
+
+
 def register_task(spec: TaskSpec) -> TaskSpec:
+    """Add a task; a spec the code could not train on fails here, at the plugin's import,
+    not as a run where every row is a bad label."""
+    where = f"register_task({spec.name!r})"
+    if not isinstance(spec.name, str) or not spec.name.isidentifier():
+        raise ValueError(f"{where}: name must be an identifier (it is a config key and an MLflow name)")
+    if spec.kind not in KINDS:
+        close = difflib.get_close_matches(str(spec.kind), KINDS, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ValueError(f"{where}: unknown kind {spec.kind!r}{hint}; expected one of {', '.join(KINDS)}")
+    if spec.kind == "multiclass" and (not isinstance(spec.num_classes, int) or spec.num_classes < 2):
+        raise ValueError(f"{where}: multiclass needs num_classes >= 2, got {spec.num_classes!r}")
+    if spec.kind == "regression":
+        lo, hi = spec.label_range
+        if not lo < hi:
+            raise ValueError(f"{where}: label_range must be (low, high) with low < high, got {spec.label_range}")
+    if not spec.metric_name or not isinstance(spec.metric_name, str):
+        raise ValueError(f"{where}: metric_name is required (e.g. '{spec.name}_acc')")
+    clash = [t.name for t in TASKS.values() if t.metric_name == spec.metric_name and t.name != spec.name]
+    if clash:
+        raise ValueError(f"{where}: metric_name '{spec.metric_name}' is already task '{clash[0]}'s")
     TASKS[spec.name] = spec
     return spec
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -30,45 +31,96 @@ def error_line(trial) -> str:
 
 
 class TrackingCallback(Callback):
-    """Every Tune event of a trial lands on its MLflow child run (see tracking.py)."""
+    """Every Tune event of a trial lands on its MLflow child run (see tracking.py).
+
+    Interrupts never lie: on Ctrl-C (or SIGTERM, or a tracking outage past its limit) Tune
+    saves its state, then stops every running trial through `stop_trial`, which calls
+    `on_trial_complete` as if the trial had finished. Those trials are marked KILLED with an
+    `interrupted` tag instead (Tune's saved state has them running, so resume continues
+    them), never FINISHED nor ASHA-stopped."""
 
     def __init__(self, tracking: SweepTracking):
         self.tracking = tracking
-        self._history: dict[str, dict[int, dict[str, float]]] = {}
+
+    def setup(self, **info) -> None:
+        # Runs after Tune installed its own SIGINT handler: wrap it so the stop is known here
+        # first, and make SIGTERM (a scheduler's or a `kill`'s) take the same graceful path.
+        live = self.tracking.live
+        try:
+            tune_handler = signal.getsignal(signal.SIGINT)
+
+            def on_signal(sig, frame):
+                if sig:  # 0: the outage stop below
+                    if live.stop_reason is not None:
+                        raise KeyboardInterrupt  # a second signal: stop now
+                    live.stop_reason = signal.Signals(sig).name
+                if callable(tune_handler):
+                    tune_handler(signal.SIGINT, frame)
+
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+            self._handler = on_signal
+        except ValueError:  # not the main thread: Tune installed nothing either
+            self._handler = None
 
     def __getstate__(self) -> dict:
-        # A restored sweep re-reads histories from MLflow, the durable copy.
-        return {"tracking": self.tracking, "_history": {}}
+        return {"tracking": self.tracking}
 
-    def _run(self, trial) -> str:
-        run_id, created = self.tracking.child(trial.config, trial.trial_id)
-        key = trial.config["key"]
-        if key not in self._history:
-            self._history[key] = {} if created else self.tracking.history(run_id)
-        return run_id
+    def _stopping(self) -> str | None:
+        return self.tracking.live.stop_reason
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        live = self.tracking.live
+        if live.stop_reason is None and self.tracking.given_up():
+            live.stop_reason = "tracking outage"
+            import logging
+
+            # The sweep's own line says what happened and how to resume; Tune's would not.
+            logging.getLogger("ray.tune.tune").setLevel(logging.CRITICAL)
+            if getattr(self, "_handler", None) is not None:
+                self._handler(0, None)
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
-        self._run(trial)
+        self.tracking.start_trial(trial.config, trial.trial_id)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
         if "epoch" not in result:
             return
-        run_id = self._run(trial)
-        self._history[trial.config["key"]][int(result["epoch"])] = self.tracking.log_epoch(run_id, result)
+        self.tracking.start_trial(trial.config, trial.trial_id)
+        self.tracking.log_epoch(trial.config["key"], result)
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
-        run_id = self._run(trial)
-        self.tracking.client.set_tag(run_id, "retries", str(trial.num_failures))
+        self.tracking.start_trial(trial.config, trial.trial_id)
+        self.tracking.retried(trial.config["key"], trial.num_failures, error_line(trial))
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
-        run_id = self._run(trial)
-        self.tracking.finish(run_id, trial.config, self._history[trial.config["key"]], "FINISHED")
-        self.tracking.backfill_tm()
+        key = trial.config["key"]
+        if key not in self.tracking.live.started and not trial.last_result:
+            return  # stopped before it ever started (a pending trial at Ctrl-C)
+        self.tracking.start_trial(trial.config, trial.trial_id)
+        done = bool(trial.last_result.get("done"))
+        reason = self._stopping()
+        if reason is not None and not done:
+            self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
+        else:
+            self.tracking.finish(trial.config, "FINISHED", train_log=_train_log(trial))
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        run_id = self._run(trial)
-        self.tracking.finish(run_id, trial.config, self._history[trial.config["key"]], "FAILED",
-                             error=error_line(trial))
+        self.tracking.start_trial(trial.config, trial.trial_id)
+        reason = self._stopping()
+        if reason is not None:  # the signal reached the trial's worker too
+            self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
+        else:
+            self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
+
+
+def _train_log(trial) -> str | None:
+    """The trial's train.log in its folder of the sweep's storage (trainable.py writes it there)."""
+    path = getattr(trial, "path", None)
+    if not path or "://" in str(path):
+        return None
+    log = Path(path) / "train.log"
+    return str(log) if log.is_file() else None
 
 
 def _clock(seconds: float) -> str:
@@ -90,7 +142,8 @@ class ProgressPrinter(Callback):
     `interval_s`: trials running/finished/stopped/failed/pending, best so far, elapsed."""
 
     def __init__(self, total: int, metric: str, mode: str, interval_s: float = 20.0,
-                 stream: TextIO | None = None):
+                 stream: TextIO | None = None, tracking: SweepTracking | None = None):
+        self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
         self.metric = metric
         self.mode = mode
@@ -99,11 +152,16 @@ class ProgressPrinter(Callback):
         self._t0 = time.monotonic()
         self._last = 0.0
         self._stopped: set[str] = set()
+        self._interrupted: set[str] = set()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_stream"] = None
         return state
+
+    def interrupted(self) -> bool:
+        tracking = getattr(self, "tracking", None)
+        return tracking is not None and tracking.live.stop_reason is not None
 
     def setup(self, **info) -> None:
         self._t0 = time.monotonic()
@@ -127,11 +185,13 @@ class ProgressPrinter(Callback):
         counts = {"RUNNING": 0, "TERMINATED": 0, "ERROR": 0}
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
-        done = counts["TERMINATED"]
+        interrupted = len(getattr(self, "_interrupted", ()))
+        done = counts["TERMINATED"] - interrupted  # Tune marks a trial stopped by Ctrl-C TERMINATED
         stopped = len(self._stopped)
         pending = max(self.total - done - counts["ERROR"] - counts["RUNNING"], 0)
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
-                f"{counts['ERROR']} failed, {pending} pending of {self.total} | {self._best(trials)}")
+                f"{counts['ERROR']} failed, {pending} pending of {self.total}"
+                + (f" ({interrupted} interrupted)" if interrupted else "") + f" | {self._best(trials)}")
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = time.monotonic()
@@ -144,6 +204,12 @@ class ProgressPrinter(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         result = trial.last_result
+        if not result.get("done") and self.interrupted():
+            self._interrupted.add(trial.config["key"])
+            if result:
+                self._print(f"stopped {trial.config['key']:<14} interrupted at epoch {int(result.get('epoch', 0))}; "
+                            "resume continues it")
+            return
         budget = trial.config["config"]["train"]["epochs"]
         epoch = int(result.get("epoch", 0))
         note = ""
@@ -159,7 +225,11 @@ class ProgressPrinter(Callback):
         self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
-        self._print(f"retry   {trial.config['key']:<14} from its last checkpoint "
+        # Say what it resumes from: a trial that failed before its first epoch has no checkpoint.
+        checkpoint = getattr(trial, "checkpoint", None)
+        start = f"from its checkpoint {Path(checkpoint.path).name}" if checkpoint is not None \
+            else "from the start (no checkpoint yet)"
+        self._print(f"retry   {trial.config['key']:<14} {start} "
                     f"(failure {trial.num_failures}): {error_line(trial)}")
 
     def on_experiment_end(self, trials: list, **info) -> None:

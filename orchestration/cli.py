@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from orchestration.errors import SweepError
+
 
 def _exit_code(outcome) -> int:
     """0 only for a sweep that ran every trial to the end; CI should notice a failed trial."""
@@ -23,7 +25,7 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from orchestration.launch import resume_sweep
 
-    outcome = resume_sweep(args.sweep, address=args.address, num_cpus=args.num_cpus)
+    outcome = resume_sweep(args.sweep, address=args.address, num_cpus=args.num_cpus, storage=args.storage)
     return _exit_code(outcome)
 
 
@@ -31,7 +33,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from orchestration.leaderboard import leaderboard
     from orchestration.paths import resolve_tracking_uri
 
+    from orchestration.tracking import check_tracking
+
     uri = resolve_tracking_uri(args.tracking_uri, None)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        # MLflow would create an empty store there and report "no such experiment".
+        raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} "
+                         "does not exist)")
+    check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
     plot = args.plot
     if plot is None:
         plot = Path(args.output).with_suffix(".pareto.png") if args.output else Path("runs") / f"{args.experiment}-pareto.png"
@@ -70,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died")
     resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>")
+    resume.add_argument("--storage", help="the Ray Tune storage folder `run` had (default: <cwd>/runs)")
     _ray_options(resume)
     resume.set_defaults(func=cmd_sweep_resume)
     try:  # submit | status | stop: sweeps as Ray Jobs on a cluster

@@ -1,6 +1,7 @@
 """Short human labels for trial configurations, shared by the progress lines and the
 leaderboard: `I-S-S k=2 freeze=1` for the regime, `3.2e-04` for a learning rate,
-`[.40 .20 .40]` for loss weights (in the order of `tasks`)."""
+`[.40 .20 .40]` for loss weights (in the order of `tasks`), or the weighting method's name
+(`gradnorm`) where the method sets the weights itself."""
 from __future__ import annotations
 
 import ast
@@ -9,11 +10,13 @@ from typing import Any
 
 # Columns of their own in the leaderboard; every other swept key joins the regime label.
 OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr", "loss.weights",
-               "train.seed")
+               "loss.weighting", "loss.pcgrad", "train.seed")  # the last two: in the weights column
 SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
                "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",
-               "train.batch_size": "bs", "heads.dropout": "dropout", "loss.smart.weight": "smart"}
+               "train.batch_size": "bs", "heads.dropout": "dropout", "loss.smart.weight": "smart",
+               "loss.gradnorm.alpha": "alpha", "loss.dwa.temperature": "dwa_T", "loss.cagrad.c": "c",
+               "sampling.temperature": "T"}
 
 
 def parse_param(text: Any) -> Any:
@@ -38,6 +41,21 @@ def fmt_weights(weights: Any, tasks: list[str]) -> str:
     if not isinstance(weights, dict) or not weights:
         return "equal"
     return "[" + " ".join(f"{float(weights.get(t, 0.0)):.2f}".lstrip("0") or "0" for t in tasks) + "]"
+
+
+def fmt_weighting(method: Any, weights: Any, tasks: list[str], pcgrad: Any = None) -> str:
+    """The weights column: fixed weights as fmt_weights, `pcgrad` (with its fixed weights
+    when not equal), or the name of a method that sets its own weights. Runs from before
+    `loss.weighting` existed read it from `loss.pcgrad`."""
+    method = parse_param(method)
+    if not isinstance(method, str) or not method:
+        method = "pcgrad" if parse_param(pcgrad) is True else "static"
+    fixed = fmt_weights(weights, tasks)
+    if method == "static":
+        return fixed
+    if method == "pcgrad":
+        return "pcgrad" if fixed == "equal" else f"pcgrad {fixed}"
+    return method
 
 
 def fmt_value(value: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,9 +22,10 @@ from orchestration.paths import resolve_tracking_uri, runs_dir
 from orchestration.plan import Planner
 from orchestration.spec import Sweep, load_sweep
 from orchestration.tm import __doc__ as TM_DOC
-from orchestration.tracking import SweepTracking, check_tracking, git_commit
+from orchestration.tracking import QUEUE_FILE, STATE_LOG, SweepTracking, check_tracking, git_commit
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
+CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
 DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
 IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
 
@@ -44,7 +46,9 @@ class SweepOutcome:
     trial_time_s: float = 0.0  # summed wall time of the trial functions (Tune's time_total_s)
     train_time_s: float = 0.0  # summed training-step time (train()'s train_time_s)
     logging_s: float = 0.0  # driver time in MLflow calls
+    mlflow_calls: int = 0  # MLflow client calls of this driver (per trial in CALLS_FILE)
     best: dict[str, Any] = field(default_factory=dict)
+    experiment_id: str = ""
 
 
 # --------------------------------------------------------------------------- pieces
@@ -111,6 +115,28 @@ def _check_resources(sweep: Sweep, local: bool, log: Callable[[str], None]) -> N
         log(f"warning: {message} (unless the cluster autoscales)")
 
 
+def check_num_cpus(num_cpus: int | None) -> None:
+    if num_cpus is not None and num_cpus < 1:
+        raise SweepError(f"--num-cpus: must be >= 1, got {num_cpus}")
+
+
+def _check_local_resources(sweep: Sweep, address: str | None, num_cpus: int | None) -> None:
+    """A local Ray has what this machine has: a request it cannot meet fails here, in one
+    line, before Ray starts (a cluster is checked once joined, as it may autoscale)."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return
+    want = sweep.spec.resources
+    if num_cpus is not None and want.cpu > num_cpus:
+        raise SweepError(f"{sweep.source}: resources.cpu: each trial asks for {want.cpu:g} but "
+                         f"--num-cpus is {num_cpus}; no trial could ever start")
+    if want.gpu > 0:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SweepError(f"{sweep.source}: resources.gpu: each trial asks for {want.gpu:g} GPU but "
+                             "this machine has none (set resources.gpu: 0, or --address a cluster with GPUs)")
+
+
 def _check_nodes(configs: list[dict[str, Any]], storage_dir: Path) -> None:
     """On a cluster every node must see the data, a local model and one shared Tune storage."""
     from orchestration.remote import check_paths_on_nodes, check_shared_storage, input_paths
@@ -170,7 +196,7 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
             "scheduler": sweep.spec.scheduler.type, "ray_experiment": str(run_dir),
             "space_keys": ",".join(d.key for d in sweep.dims), "smoke": str(sweep.smoke).lower(),
             "num_trials": str(total), "driver_host": socket.gethostname(),
-            "tasks": ",".join(sweep.base["tasks"]),
+            "tasks": ",".join(sweep.base["tasks"]), "tm_score": sweep.spec.tracking.tm_score,
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
             "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"])}
 
@@ -182,7 +208,9 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
               num_cpus: int | None = None, storage: str | Path | None = None,
               log: Callable[[str], None] = print, progress: bool = True) -> SweepOutcome:
     t_start = time.perf_counter()
+    check_num_cpus(num_cpus)
     sweep = load_sweep(path, overrides, smoke)
+    _check_local_resources(sweep, address, num_cpus)
     uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
     check_tracking(uri)
     from orchestration.scheduler import make_scheduler, tune_metric
@@ -208,19 +236,28 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
 
     experiment = sweep.spec.tracking.experiment or sweep.name
     commit = git_commit()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (QUEUE_FILE, STATE_LOG):  # left by a run of this name that died before Tune saved
+        (run_dir / stale).unlink(missing_ok=True)
+    outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
-                                   _parent_tags(sweep, run_dir, total), commit)
+                                   _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
+                                   outage_s=outage_s)
+    from orchestration.mlflow_extras import describe_parent
+
+    describe_parent(tracking, sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
     tracking.log_parent_artifacts({
         "sweep.yaml": sweep.text,
         "search_space.json": _search_space_doc(sweep, planner),
         "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
     })
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / STATE_FILE).write_text(json.dumps({
         "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
         "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
         "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
         "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources), "plugins": plugins,
+        "log_models": sweep.spec.tracking.log_models, "register_model": sweep.spec.tracking.register_model,
+        "outage_s": outage_s,
     }, indent=2))
     log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline), {sweep.spec.search.algorithm} search, "
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
@@ -232,7 +269,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     metric, mode = tune_metric(sweep)
     from orchestration.callbacks import ProgressPrinter, TrackingCallback
 
-    printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1])
+    printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking)
     tuner = tune.Tuner(
         _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
         tune_config=tune.TuneConfig(
@@ -245,7 +282,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             callbacks=[TrackingCallback(tracking), *([printer] if progress else [])]),
     )
-    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log)
+    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models)
 
 
 def check_shared_storage_of(storage_dir: Path) -> None:
@@ -254,31 +292,41 @@ def check_shared_storage_of(storage_dir: Path) -> None:
     check_shared_storage(storage_dir)
 
 
-def _find_run_dir(path_or_name: str) -> Path:
+def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
+    """The sweep folder: a path, or a name under --storage (as `run` had it), else under runs/."""
     candidate = Path(path_or_name)
     if not (candidate / STATE_FILE).is_file():
-        candidate = runs_dir() / path_or_name
+        candidate = (Path(storage).expanduser().resolve() if storage else runs_dir()) / path_or_name
     if not (candidate / STATE_FILE).is_file():
+        where = f"--storage {storage}" if storage else "runs/"
         raise SweepError(f"{path_or_name}: not a sweep folder (no {STATE_FILE}); give the folder "
-                         f"under runs/ or its name")
+                         f"or its name under {where}")
     if not (candidate / "tuner.pkl").is_file():
         raise SweepError(f"{candidate}: the sweep died before Ray Tune saved its state; run it again")
     return candidate.resolve()
 
 
 def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | None = None,
-                 log: Callable[[str], None] = print) -> SweepOutcome:
-    """Continue a sweep whose driver died: Tune restores its trials (unfinished ones from
-    their last checkpoints) and every trial finds its own MLflow run again by trial_key."""
+                 log: Callable[[str], None] = print, storage: str | Path | None = None) -> SweepOutcome:
+    """Continue a sweep whose driver died: the MLflow writes it never sent go first (in
+    order), Tune restores its trials (unfinished ones from their last checkpoints) and every
+    trial finds its own MLflow run again by trial_key."""
     t_start = time.perf_counter()
-    run_dir = _find_run_dir(path_or_name)
+    check_num_cpus(num_cpus)
+    run_dir = _find_run_dir(path_or_name, storage)
     state = json.loads((run_dir / STATE_FILE).read_text())
     check_tracking(state["tracking_uri"])
     if not _init_ray(address, num_cpus, state.get("plugins", [])):
         check_shared_storage_of(run_dir.parent)
     tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
-                             state["sweep"], state.get("git_commit"))
+                             state["sweep"], state.get("git_commit"), state_dir=run_dir,
+                             outage_s=float(state.get("outage_s", 180.0)))
+    replayed = tracking.live.outbox.pending
     tracking.reopen_parent()
+    if replayed:
+        log(f"sending {replayed} MLflow write(s) queued while the tracking store was away")
+    if not tracking.flush():
+        raise TrackingUnavailable(_outage_line(tracking, run_dir))
     _quiet_tune()
     from ray import tune
 
@@ -286,22 +334,28 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
                                resume_unfinished=True, resume_errored=True)
     log(f"resuming sweep {run_dir.name} | MLflow {state['tracking_uri']} parent run {state['parent_run_id']}")
+    models = (state.get("log_models", "best"), state.get("register_model"))
     return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], state["total_trials"],
-                t_start, log)
+                t_start, log, models)
 
 
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
-         total: int, t_start: float, log: Callable[[str], None]) -> SweepOutcome:
+         total: int, t_start: float, log: Callable[[str], None],
+         models: tuple[str, str | None] = ("best", None)) -> SweepOutcome:
+    import signal
+
     status = "FAILED"
     results = None
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         results = tuner.fit()
         ended = results.num_terminated + results.num_errors
+        reason = tracking.live.stop_reason
         # Tune returns normally after a Ctrl-C too, with trials left unfinished.
-        status = "FINISHED" if ended >= total else "KILLED"
-        if status == "KILLED":
-            log(f"interrupted after {ended} of {total} trials; continue with "
-                f"`mtbert sweep resume {run_name}`")
+        status = "FINISHED" if ended >= total and reason is None else "KILLED"
+        if status == "KILLED" and reason != "tracking outage":
+            log(f"interrupted ({reason or 'stopped'}) after {_finished(tracking)} of {total} trials; continue with "
+                f"`{_resume_command(run_dir)}`")
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -309,13 +363,37 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         if _is_tracking_error(exc):
             raise TrackingUnavailable(
                 f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
-                f"the sweep: `mtbert sweep resume {run_name}` once the store is back") from None
+                f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
         raise
     finally:
-        _close(tracking, results, status, log)
+        try:
+            signal.signal(signal.SIGTERM, sigterm)
+        except ValueError:
+            pass
+        _close(tracking, results, status, log, run_dir, models)
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
+    calls = dict(tracking.live.calls_by_ref)
+    outcome.mlflow_calls = sum(calls.values())
+    (run_dir / CALLS_FILE).write_text(json.dumps(calls, indent=1, sort_keys=True))
+    tracking.release()
     _summary(outcome, log)
     return outcome
+
+
+def _finished(tracking: SweepTracking) -> int:
+    return sum(t["status"] in ("FINISHED", "FAILED") for t in tracking.live.trials.values())
+
+
+def _resume_command(run_dir: Path) -> str:
+    return f"mtbert sweep resume {run_dir.name} --storage {run_dir.parent}"
+
+
+def _outage_line(tracking: SweepTracking, run_dir: Path) -> str:
+    box = tracking.live.outbox
+    minutes, seconds = divmod(int(box.outage()), 60)
+    return (f"tracking server {tracking.uri} unreachable for {minutes}m{seconds:02d}s ({box.last_error or 'no answer'}); "
+            f"the sweep stopped and keeps {box.pending} unsent MLflow write(s) in {run_dir / QUEUE_FILE}: "
+            f"`{_resume_command(run_dir)}` once it is back")
 
 
 def _is_tracking_error(exc: BaseException) -> bool:
@@ -330,17 +408,44 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
-def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None]) -> None:
-    """Whatever ended the sweep: TM scores backfilled, no run left RUNNING, parent closed.
-    Each step is attempted on its own, so one failing (the store gone) neither skips the
-    others nor hides the error that ended the sweep."""
-    from orchestration.leaderboard import log_pareto
+def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
+           models: tuple[str, str | None] = ("best", None)) -> None:
+    """Whatever ended the sweep: queued writes sent, finished trials reconciled, every
+    cross-trial figure re-derived once (TM-relative scores, leaderboard and Pareto plot on
+    the parent), no run left RUNNING, parent closed. With the store away past the limit,
+    the marks are queued in the journal instead and the sweep stops with one line.
+    Each step is attempted on its own, so one failing neither skips the others nor hides
+    the error that ended the sweep."""
+    from orchestration.leaderboard import log_leaderboard
+    from orchestration.mlflow_extras import log_models
 
-    steps = [("reconcile trial runs", lambda: results is not None and _reconcile(tracking, results)),
-             ("TM-relative scores", lambda: tracking.backfill_tm(final_pass=True)),
-             ("Pareto plot", lambda: log_pareto(tracking)),
-             ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED"), log)),
-             ("close the parent run", lambda: tracking.end_parent(status))]
+    if tracking.live.stop_reason is not None or status != "FINISHED":
+        tracking.close_open(tracking.live.stop_reason or "sweep ended")
+    if not tracking.flush():
+        tracking.end_parent("KILLED")
+        tracking.flush(timeout=2.0)  # the store may just have come back
+        tracking.release()
+        raise TrackingUnavailable(_outage_line(tracking, run_dir))
+    runs: list = []
+
+    def read() -> None:
+        runs[:] = tracking.children()
+
+    def reconcile() -> None:
+        if results is not None and _reconcile(tracking, results, runs):
+            tracking.flush()
+            read()
+
+    steps = [("read the sweep's runs", read),
+             ("reconcile trial runs", reconcile),
+             ("TM-relative scores", lambda: tracking.backfill_tm(final_pass=True, runs=runs)),
+             ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
+             # [mlflow_extras] the best trial's bundle as an MLflow model (tracking.log_models):
+             # an upload through MLflow's own client, not the queue; a failure costs the model only.
+             ("log models", lambda: status == "FINISHED" and tracking.flush()
+              and log_models(tracking, results, *models, log=log, runs=runs)),
+             ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED", runs), log)),
+             ("close the parent run", lambda: (tracking.end_parent(status), tracking.flush()))]
     for what, step in steps:
         try:
             step()
@@ -353,27 +458,41 @@ def _report_closed(n: int, log: Callable[[str], None]) -> None:
         log(f"closed {n} unfinished trial run(s) as KILLED")
 
 
-def _reconcile(tracking: SweepTracking, results) -> None:
-    """A trial Tune finished while the driver was being killed can miss its MLflow close;
-    close it from Tune's own record."""
-    open_runs = {r.data.tags.get("trial_key"): r for r in tracking.children() if r.info.status == "RUNNING"}
-    for result in results:
-        key = (result.config or {}).get("key")
+def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
+    """A trial Tune finished while a driver was being killed can miss its MLflow close (a
+    resumed Tune does not run it again): close it from Tune's own record. Trials this driver
+    ended itself (finished, failed or interrupted) are left as they are."""
+    from ray.tune.experiment import Trial
+
+    open_runs = {r.data.tags.get("trial_key"): r for r in runs if r.info.status == "RUNNING"}
+    trials = getattr(getattr(results, "_experiment_analysis", None), "trials", None) or []
+    n = 0
+    for trial in trials:
+        key = (trial.config or {}).get("key")
         run = open_runs.get(key)
-        if run is None:
+        known = tracking.live.trials.get(key, {}).get("status")
+        if run is None or known in ("FINISHED", "FAILED", "KILLED") or key in tracking.live.started:
             continue
-        history = tracking.history(run.info.run_id)
-        if result.error is None:
-            tracking.finish(run.info.run_id, result.config, history, "FINISHED")
+        if trial.status not in (Trial.TERMINATED, Trial.ERROR):
+            continue
+        tracking.live.runs.setdefault(key, run.info.run_id)
+        if not tracking.history(key):
+            tracking.live.trial(key)["history"] = tracking._history_from_mlflow(key)
+        if trial.status == Trial.TERMINATED:
+            tracking.finish(trial.config, "FINISHED")
         else:
-            tracking.finish(run.info.run_id, result.config, history, "FAILED",
-                            error=str(result.error).strip().splitlines()[-1][:500])
+            from orchestration.callbacks import error_line
+
+            tracking.finish(trial.config, "FAILED", error=error_line(trial))
+        n += 1
+    return n
 
 
 def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,
              status: str, t_start: float) -> SweepOutcome:
     outcome = SweepOutcome(run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id,
-                           status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s)
+                           status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
+                           experiment_id=tracking.experiment_id)
     best_value = None
     for run in tracking.children():
         outcome.trials += 1
@@ -402,11 +521,16 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")
-    log(f"table: mtbert leaderboard --experiment {o.experiment} --tracking-uri {o.tracking_uri}")
+    # Quoted: a store under a folder with spaces must paste back as one argument.
+    log(f"table: mtbert leaderboard --experiment {shlex.quote(o.experiment)} "
+        f"--tracking-uri {shlex.quote(o.tracking_uri)}")
+    from orchestration.mlflow_extras import ui_link
+
     if o.tracking_uri.startswith("sqlite:"):
-        log(f"browse: mlflow ui --backend-store-uri {o.tracking_uri}   (then open http://127.0.0.1:5000)")
+        log(f"browse: mlflow ui --backend-store-uri {shlex.quote(o.tracking_uri)}   (then open "
+            f"{ui_link('http://127.0.0.1:5000', o.experiment_id)})")
     else:
-        log(f"browse: open {o.tracking_uri} in a browser")
+        log(f"browse: open {ui_link(o.tracking_uri, o.experiment_id)} in a browser")
 
 
 __all__ = ["run_sweep", "resume_sweep", "SweepOutcome", "STATE_FILE"]

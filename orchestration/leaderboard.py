@@ -28,13 +28,15 @@ import pandas as pd
 
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
-from orchestration.labels import fmt_lr, fmt_weights, parse_param, regime_label
+from orchestration.labels import fmt_lr, fmt_weighting, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
 # Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
 NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memory_mb", "tm_relative_score"]
-LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "peak_memory_mb", "best_epoch"}
+# In the csv, not the printed table: the compute-based score and the time bases of both.
+EXTRA_NUMERIC = ["tm_relative_score_compute", "tm_time_s", "tm_flops"]
+LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch"}
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -89,14 +91,28 @@ def _weights(params: dict[str, Any]) -> Any:
     return {t: parse_param(v) for t, v in spread.items()} if spread else params.get("loss.weights")
 
 
+def _status(runs: pd.DataFrame) -> pd.Series:
+    """finished | failed | interrupted (KILLED by a signal, an outage or the sweep's end)."""
+    status = _col(runs, "status")
+    interrupted = _col(runs, "tags.interrupted").fillna("false") != "false"
+    out = pd.Series("other", index=runs.index)
+    out[status == "FINISHED"] = "finished"
+    out[status == "FAILED"] = "failed"
+    out[(status == "KILLED") | ((status != "FINISHED") & (status != "FAILED") & interrupted)] = "interrupted"
+    return out
+
+
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
-    """One row per configuration (seeds grouped); numeric columns carry _std and n."""
+    """One row per configuration (finished seeds grouped; numeric columns carry _std and n),
+    then one row per failed or interrupted trial with its one-line reason.
+    Vectorised over runs, so a 10,000-run sweep builds in seconds."""
     from mtbert.config import Config, flatten
 
     if runs.empty:
         return pd.DataFrame()
-    done = runs[runs["status"] == "FINISHED"].copy()
-    if done.empty:
+    runs = runs.assign(_status=_status(runs))
+    runs = runs[runs["_status"] != "other"]
+    if not (runs["_status"] == "finished").any():
         return pd.DataFrame()
     tasks = [t for t in parent_tags.get("tasks", "sst,para,sts").split(",") if t]
     # The sweep names its metric columns; sweeps from before that tag go by the registry.
@@ -104,51 +120,79 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         else [TASKS[t].metric_name for t in tasks if t in TASKS]
     swept = [k for k in parent_tags.get("space_keys", "").split(",") if k]
     defaults = flatten(Config())
-    rows = []
-    for _, run in done.iterrows():
-        # Columns are the union over runs: a param this run lacks reads as NaN.
-        params = {c[len("params."):]: run[c] for c in runs.columns
-                  if c.startswith("params.") and isinstance(run[c], str)}
-        row: dict[str, Any] = {
-            "variant": run.get("tags.variant"), "role": run.get("tags.role"), "seed": run.get("tags.seed"),
-            "regime": regime_label(params, swept, defaults),
-            "lr": fmt_lr(params.get("optim.lr")),
-            "weights": fmt_weights(_weights(params), tasks),
-            "stopped_early": run.get("tags.stopped_early") == "true",
-        }
-        for name in [*NUMERIC, *task_metrics, "tm_time_s"]:
-            value = run.get(f"metrics.{name}")
-            row[name] = float(value) if value is not None and not pd.isna(value) else math.nan
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    numeric = [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], "tm_time_s"]
-    grouped = []
-    for variant, group in frame.groupby("variant", sort=False):
-        first = group.iloc[0]
-        out = {k: first[k] for k in ("variant", "role", "regime", "lr", "weights")}
-        out["n"] = len(group)
-        out["stopped_early"] = int(group["stopped_early"].sum())
-        for name in numeric:
-            values = group[name].dropna()
-            out[name] = values.mean() if len(values) else math.nan
-            out[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else math.nan
-        grouped.append(out)
-    table = pd.DataFrame(grouped)
+    param_cols = [c for c in runs.columns if c.startswith("params.")]
+    labels: dict[tuple, tuple[str, str, str]] = {}
+    regime, lr, weights = [], [], []
+    for values in runs[param_cols].itertuples(index=False, name=None):
+        # Runs of one configuration share their labels: computed once per distinct param set.
+        if values not in labels:
+            # Columns are the union over runs: a param this run lacks reads as NaN.
+            params = {c[len("params."):]: v for c, v in zip(param_cols, values) if isinstance(v, str)}
+            labels[values] = (regime_label(params, swept, defaults), fmt_lr(params.get("optim.lr")),
+                              fmt_weighting(params.get("loss.weighting"), _weights(params), tasks,
+                                            params.get("loss.pcgrad")))
+        r, l, w = labels[values]
+        regime.append(r)
+        lr.append(l)
+        weights.append(w)
+    error = _col(runs, "tags.error").fillna("").astype(str).str.split("\n").str[0].str.slice(0, 200)
+    frame = pd.DataFrame({
+        "variant": _col(runs, "tags.variant").values, "role": _col(runs, "tags.role").values,
+        "seed": _col(runs, "tags.seed").values, "regime": regime, "lr": lr, "weights": weights,
+        "stopped_early": (_col(runs, "tags.stopped_early") == "true").values,
+        "status": runs["_status"].values, "reason": error.values,
+    })
+    numeric = [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], *EXTRA_NUMERIC]
+    for name in dict.fromkeys(numeric):
+        frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}"), errors="coerce").values
+    done = frame[frame["status"] == "finished"]
+    keys = ["variant", "role", "regime", "lr", "weights"]
+    grouped = done.groupby("variant", sort=False)
+    table = grouped[keys].first().reset_index(drop=True)
+    table["n"] = grouped.size().values
+    table["stopped_early"] = grouped["stopped_early"].sum().astype(int).values
+    means = grouped[numeric].mean()
+    stds = grouped[numeric].std(ddof=1)
+    counts = grouped[numeric].count()
+    for name in dict.fromkeys(numeric):
+        table[name] = means[name].values
+        table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
+    table["status"] = "finished"
+    table["reason"] = ""
+    rest = frame[frame["status"] != "finished"].copy()
+    if not rest.empty:
+        rest["n"] = 1
+        rest["stopped_early"] = 0
+        for name in dict.fromkeys(numeric):
+            rest[f"{name}_std"] = math.nan
+        table = pd.concat([table, rest[table.columns]], ignore_index=True)
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
+    table.attrs["tm_score"] = parent_tags.get("tm_score", "wall")
     return table
 
 
+def tm_column(table_or_tags) -> str:
+    """The TM-relative score a sweep chose (tracking.tm_score): wall clock or counted compute."""
+    choice = table_or_tags.attrs.get("tm_score") if hasattr(table_or_tags, "attrs") else table_or_tags.get("tm_score")
+    return "tm_relative_score_compute" if choice == "compute" else "tm_relative_score"
+
+
 def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
+    """Baseline first, finished configurations by `key` (`tm` = the sweep's chosen TM score),
+    failed and interrupted trials last."""
     if table.empty:
         return table
+    if key == "tm":
+        key = tm_column(table)
     if key not in table.columns:
         known = [c for c in table.columns if not c.endswith("_std")]
-        raise SweepError(f"--sort {key}: not a column; choose from {', '.join(known)}")
+        raise SweepError(f"--sort {key}: not a column; choose from tm, {', '.join(known)}")
     ascending = key in LOWER_IS_BETTER or table[key].dtype == object
-    base = table[table["role"] == "baseline"]
-    rest = table[table["role"] != "baseline"].sort_values(key, ascending=ascending, na_position="last")
-    out = pd.concat([base, rest], ignore_index=True)
+    finished = table["status"] == "finished"
+    base = table[finished & (table["role"] == "baseline")]
+    rest = table[finished & (table["role"] != "baseline")].sort_values(key, ascending=ascending, na_position="last")
+    out = pd.concat([base, rest, table[~finished]], ignore_index=True)
     out.attrs.update(table.attrs)
     return out
 
@@ -169,7 +213,7 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     grouped = bool((table["n"] > 1).any()) if not table.empty else False
     headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall", "Epoch",
                *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)",
-               "Peak mem. (MB)", "TM-rel."]
+               "Peak mem. (MB)", "TM-rel." + (" (compute)" if tm_column(table) == "tm_relative_score_compute" else "")]
     if grouped:
         headers.append("n")
     digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
@@ -180,10 +224,14 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         label = r["regime"] + ("*" if r["role"] == "baseline" else "")
         if r["stopped_early"]:
             label += " †"
+        if r["status"] == "interrupted":
+            label += " ‡"
+        elif r["status"] == "failed":
+            label += f" ✗ ({r['reason'] or 'failed'})"
         cells = [label, r["lr"], r["weights"]]
-        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb",
-                     "tm_relative_score"]:
-            cells.append(_cell(r[name], r[f"{name}_std"], n, digits[name]))
+        tm = tm_column(table)
+        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb", tm]:
+            cells.append(_cell(r[name], r[f"{name}_std"], n, digits.get(name, 3)))
         if grouped:
             cells.append(str(n))
         rows.append(cells)
@@ -191,8 +239,12 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
+           "‡ interrupted (Ctrl-C, a signal or a tracking outage; `mtbert sweep resume` continues it). "
+           "✗ failed, with its reason; failed and interrupted trials are listed one per row, after the others. "
            "Epoch is 1-based; seeds grouped as mean ± std. Peak mem.: CUDA peak allocated, or on CPU "
-           "the trial process's peak resident set.")
+           "the trial process's peak resident set. TM-rel.: (overall / base) x (time_base / time) x "
+           "(size_base / size); time is measured train time (tm_relative_score), or with (compute) the "
+           "counted training FLOPs (tm_relative_score_compute), as the sweep's tracking.tm_score says.")
 
 
 def _markdown(headers: list[str], rows: list[list[str]]) -> str:
@@ -260,7 +312,11 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = table.dropna(subset=["overall", "tm_time_s"]) if not table.empty else table
+    # The sweep's TM choice sets the cost axis: measured seconds or counted FLOPs, both on the
+    # full-epoch-budget basis; only finished configurations are points.
+    x = "tm_flops" if tm_column(table) == "tm_relative_score_compute" and "tm_flops" in table else "tm_time_s"
+    data = table[table["status"] == "finished"] if "status" in table else table
+    data = data.dropna(subset=["overall", x]) if not data.empty else data
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
@@ -268,21 +324,22 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
         sizes = data["model_size_mb"].fillna(0.0)
         span = (sizes.max() - sizes.min()) or 1.0
         marker = 40 + 260 * (sizes - sizes.min()) / span
-        points = ax.scatter(data["tm_time_s"], data["overall"], s=marker, c=sizes, cmap="viridis",
+        points = ax.scatter(data[x], data["overall"], s=marker, c=sizes, cmap="viridis",
                             alpha=0.8, edgecolors="black", linewidths=0.5)
         fig.colorbar(points, ax=ax, label="model size (MB)")
         base = data[data["role"] == "baseline"]
-        ax.scatter(base["tm_time_s"], base["overall"], marker="*", s=260, c="red", label="baseline", zorder=3)
-        xy = list(zip(data["tm_time_s"], data["overall"]))
+        ax.scatter(base[x], base["overall"], marker="*", s=260, c="red", label="baseline", zorder=3)
+        xy = list(zip(data[x], data["overall"]))
         front = [data.index[i] for i in pareto_front(xy)]
-        fx, fy = data.loc[front, "tm_time_s"], data.loc[front, "overall"]
+        fx, fy = data.loc[front, x], data.loc[front, "overall"]
         ax.step(fx, fy, where="post", color="tab:red", linewidth=1, label="Pareto front")
         for i in front:
-            ax.annotate(str(data.loc[i, "variant"]), (data.loc[i, "tm_time_s"], data.loc[i, "overall"]),
+            ax.annotate(str(data.loc[i, "variant"]), (data.loc[i, x], data.loc[i, "overall"]),
                         textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.legend(loc="best", fontsize=8)
     ax.margins(0.12)
-    ax.set_xlabel("train time on the full epoch budget (s)")
+    ax.set_xlabel("training FLOPs on the full epoch budget" if x == "tm_flops"
+                  else "train time on the full epoch budget (s)")
     ax.set_ylabel("best dev overall")
     ax.set_title(title or "overall vs train time")
     ax.grid(alpha=0.3)
@@ -292,19 +349,32 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     return path
 
 
-def log_pareto(tracking) -> bool:
-    """Draw the sweep's Pareto plot and log it to the parent run (artifact pareto.png)."""
+def log_leaderboard(tracking) -> bool:
+    """The sweep's table (leaderboard.md, leaderboard.csv) and Pareto plot (pareto.png) on its
+    parent run, drawn from the final figures: at the end of every run and resume, so the
+    parent never keeps a stale one."""
     import tempfile
 
     parent = tracking.client.get_run(tracking.parent_run_id)
     runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id)
-    table = build_table(runs, parent.data.tags)
+    table = sort_table(build_table(runs, parent.data.tags))
     if table.empty:
         return False
     with tempfile.TemporaryDirectory() as tmp:
         path = plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
-        tracking.client.log_artifact(tracking.parent_run_id, str(path))
+        (Path(tmp) / "leaderboard.md").write_text(render(table, "md"))
+        (Path(tmp) / "leaderboard.csv").write_text(render(table, "csv"))
+        for name in ("pareto.png", "leaderboard.md", "leaderboard.csv"):
+            tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
     return True
+
+
+log_pareto = log_leaderboard  # the name callers knew
+
+
+def _tm_column(tags: dict[str, str]) -> str:
+    """The sweep's chosen TM-relative score (tracking.tm_score) as the default sort column."""
+    return "tm_relative_score_compute" if tags.get("tm_score") == "compute" else "overall"
 
 
 def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",

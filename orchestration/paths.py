@@ -42,7 +42,7 @@ def absolute_config_paths(raw: dict[str, Any], cwd: Path | None = None) -> dict[
         if isinstance(files, dict):
             for entry in files.values():
                 if isinstance(entry, dict):
-                    for key in ("train", "dev"):
+                    for key in ("train", "dev", "test"):
                         if key in entry:
                             entry[key] = _absolute(entry[key], cwd)
     else:
@@ -75,9 +75,34 @@ def default_tracking_uri(cwd: Path | None = None) -> str:
     return f"sqlite:///{(cwd or Path.cwd()).resolve() / DEFAULT_DB}"
 
 
+# Stores MLflow 3 can use as a tracking URI (the file store is off by default there).
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+
+
+def check_uri_shape(uri: str, where: str) -> None:
+    """One line of our own for a malformed URI (MLflow's talks about its model registry)."""
+    from orchestration.errors import SweepError
+
+    if ":" not in uri and uri.endswith(".db"):
+        return  # a bare path to a sqlite file (absolute_tracking_uri makes it a URI)
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    expected = "expected http://host:port, sqlite:///path/to/mlflow.db or a database URL"
+    if scheme not in TRACKING_SCHEMES:
+        raise SweepError(f"{where} {uri!r}: unknown tracking store scheme '{scheme or uri}' ({expected})")
+    rest = uri.split(":", 1)[1]
+    if scheme == "sqlite" and not rest.startswith("///"):
+        raise SweepError(f"{where} {uri!r}: a sqlite URI needs three slashes (sqlite:///relative.db "
+                         "or sqlite:////absolute/path.db)")
+    if scheme in ("http", "https") and (not rest.startswith("//") or not rest[2:].split("/", 1)[0]):
+        raise SweepError(f"{where} {uri!r}: expected {scheme}://host:port")
+
+
 def resolve_tracking_uri(cli_uri: str | None, sweep_uri: str | None, cwd: Path | None = None) -> str:
     """--tracking-uri, then the sweep's tracking.uri, then $MLFLOW_TRACKING_URI, then the default."""
+    where = ("--tracking-uri" if cli_uri else "tracking.uri" if sweep_uri
+             else "$MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking uri")
     uri = cli_uri or sweep_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cwd)
+    check_uri_shape(uri, where)
     return absolute_tracking_uri(uri, cwd)
 
 

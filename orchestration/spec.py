@@ -16,7 +16,7 @@ Top-level keys (see sweeps/*.yaml for commented examples):
     max_concurrent, max_failures, resources {cpu, gpu}
     baseline             config overrides of the baseline trial (TM-relative score = 1)
     seeds                every configuration (and the baseline) runs under each seed
-    tracking             {uri, experiment}
+    tracking             {uri, experiment, outage_s, tm_score, log_models, register_model}
     smoke                overrides applied by --smoke, on top of the built-in smoke shrink
 
 `--set KEY=VALUE` and `smoke:` entries use one rule: a key whose first part is a sweep key
@@ -69,6 +69,17 @@ class ResourcesSpec:
 class TrackingSpec:
     uri: str | None = None  # null = --tracking-uri, $MLFLOW_TRACKING_URI, or sqlite:///<cwd>/mlflow.db
     experiment: str | None = None  # null = the sweep name
+    # A tracking server may restart mid-sweep: writes queue (and trials train) this long
+    # before the sweep stops cleanly with a resume command. Seconds.
+    outage_s: float = 180.0
+    # Which TM-relative score the leaderboard sorts by and the Pareto plot draws: wall
+    # (measured train time) or compute (counted training FLOPs, the same on a loaded machine).
+    tm_score: Literal["wall", "compute"] = "wall"
+    # Which trials log their best-epoch bundle to their child run as an MLflow model: best
+    # (the sweep's best trial), all (every trial: a bundle per trial on disk), or none.
+    log_models: Literal["best", "all", "none"] = "best"
+    # A Model Registry name: the best trial's model is registered under it (null = not registered).
+    register_model: str | None = None
 
 
 @dataclass
@@ -107,6 +118,7 @@ SMOKE_CONFIG: dict[str, Any] = {
     "model.tiny.intermediate": 64,
     "model.max_length": 32,
     "data.source": "synthetic",
+    "data.files": {},  # synthetic data reads no files (an entry would be refused)
     "data.synthetic.train_size": 96,
     "data.synthetic.dev_size": 48,
     "data.max_train_examples": None,
@@ -161,9 +173,11 @@ class Sweep:
 
 
 def _validated(raw: dict[str, Any]):
+    from mtbert.data.readers import resolve_files
     from mtbert.model.encoder import check_against_encoder
 
     cfg = build_config(raw, source="@")
+    resolve_files(cfg)  # the params a trial logs name the format and columns really read
     try:
         check_against_encoder(cfg)
     except ConfigError as exc:
@@ -205,7 +219,9 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         raise SweepError(str(exc)) from None
     text = path.read_text()
     where = str(path)
+    _check_shape(raw, where)
     sweep_set, config_set = split_overrides(overrides, "--set")
+    full_budget = _full_epoch_budget(raw, path, where, overrides) if smoke else None
     smoke_config: dict[str, Any] = {}
     if smoke:
         if raw.get("smoke") is not None and not isinstance(raw["smoke"], dict):
@@ -238,9 +254,47 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     _check_dims(sweep, where)
     _check_baseline(sweep, where)
     _check_search(sweep, where, base_cfg.tasks)
-    _check_scheduler(sweep, where)
+    _check_scheduler(sweep, where, full_budget)
     _check_counts(sweep, where)
+    if raw.get("space") == {} and not spec.baseline:  # written out empty: not a default
+        raise SweepError(f"{where}: space: empty and no baseline overrides, so the sweep would train "
+                         "the base config twice; add a dimension, or train it once with `mtbert train`")
     return sweep
+
+
+CONFIG_KEYS = {"tasks", "plugins", "model", "data", "sharing", "heads", "freeze", "optim", "loss",
+               "sampling", "pairs", "sts", "task_options", "train"}
+
+
+def _check_shape(raw: dict, where: str) -> None:
+    """Mistakes of shape that the key-by-key check would word badly."""
+    stray = sorted(k for k in raw if k in CONFIG_KEYS)
+    if stray and not any(k in raw for k in ("space", "base", "base_config")):
+        raise SweepError(f"{where}: a training config (it has {', '.join(k + ':' for k in stray)}), not a "
+                         f"sweep file; train it with `mtbert train --config {where}`, or name it in a "
+                         "sweep's base_config:")
+    if stray:
+        raise SweepError(f"{where}: {stray[0]}: a config key at the top level of a sweep file; "
+                         f"put it under base: ({stray[0]}: ...)")
+    if isinstance(raw.get("base"), str):
+        raise SweepError(f"{where}: base: {raw['base']!r} is a file name; write base_config: {raw['base']} "
+                         "(base: takes an inline mapping of config keys)")
+
+
+def _full_epoch_budget(raw: dict, path: Path, where: str, overrides: list[str] | None) -> int | None:
+    """The epoch budget of the sweep as it runs for real, before --smoke shrinks it (None when
+    the file does not parse: the smoke load reports that)."""
+    try:
+        spec = coerce(SweepFile, copy.deepcopy(raw), "")
+        _, config_set = split_overrides(overrides, "--set")
+        base = _load_base(spec, path, where, config_set, {})
+        budgets = [int(((base.get("train") or {}).get("epochs")) or 3)]
+        for key, raw_dim in spec.space.items():
+            if str(key) == "train.epochs":
+                budgets += [int(v) for v in parse_dimension(str(key), raw_dim, where, []).check_values()]
+        return max(budgets)
+    except (ConfigError, SweepError, TypeError, ValueError):
+        return None
 
 
 def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any]) -> None:
@@ -306,10 +360,26 @@ def _load_dims(spec: SweepFile, base: dict, where: str, pinned: dict) -> tuple[l
             raise SweepError(f"{where}: space.{key}: use the top-level `seeds:` list for seeds")
         dim = parse_dimension(key, raw_dim, f"{where}: space.{key}", tasks)
         if _pinned_by(key, pinned):
+            _check_dropped(dim, base)
             notes.append(f"--smoke pins {key} (space dimension dropped)")
             continue
         dims.append(dim)
     return dims, notes
+
+
+def _check_dropped(dim: Dimension, base: dict) -> None:
+    """A dimension --smoke drops is still checked value by value (config rules only: its
+    values may name a real encoder the smoke run never loads), so that a CI smoke pass does
+    not wave through a sweep file that fails for real."""
+    for value in dim.check_values():
+        raw = copy.deepcopy(base)
+        set_dotted(raw, dim.key, copy.deepcopy(value))
+        try:
+            build_config(raw, source="@")
+        except ConfigError as exc:
+            if "unknown key" in str(exc):
+                raise _config_error(exc, dim.where, dim.key) from None
+            raise _config_error(exc, f"{dim.where}: value {value!r}", dim.key) from None
 
 
 def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
@@ -379,11 +449,15 @@ def _check_search(sweep: Sweep, where: str, tasks: list[str]) -> None:
         _check_metric(parts[0], f"{where}: search.objectives[{i}]", known)
 
 
-def _check_scheduler(sweep: Sweep, where: str) -> None:
+def _check_scheduler(sweep: Sweep, where: str, full_budget: int | None = None) -> None:
     sched = sweep.spec.scheduler
     if sched.type != "asha":
         return
     max_t = sched.max_t or sweep.epoch_budget()
+    if sweep.smoke and full_budget is not None and sched.grace_period > full_budget:
+        # Checked on the real budget: the smoke run shrinks epochs and would hide it.
+        raise SweepError(f"{where}: scheduler.grace_period: {sched.grace_period} > {full_budget}, the "
+                         "epoch budget of the real sweep; lower it or raise train.epochs")
     if sweep.smoke:
         sched.grace_period = min(sched.grace_period, max_t)
     if sched.grace_period < 1:
@@ -402,6 +476,8 @@ def _check_counts(sweep: Sweep, where: str) -> None:
         raise SweepError(f"{where}: num_samples: must be >= 1, got {spec.num_samples}")
     if spec.max_concurrent is not None and spec.max_concurrent < 1:
         raise SweepError(f"{where}: max_concurrent: must be >= 1 (or null), got {spec.max_concurrent}")
+    if spec.tracking.outage_s <= 0:
+        raise SweepError(f"{where}: tracking.outage_s: must be > 0 seconds, got {spec.tracking.outage_s}")
     if spec.max_failures < 0:
         raise SweepError(f"{where}: max_failures: must be >= 0, got {spec.max_failures}")
     if spec.resources.cpu <= 0 or spec.resources.gpu < 0:

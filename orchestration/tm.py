@@ -13,6 +13,13 @@ which for a trial that ran its whole budget is exactly its measured train_time_s
 is still its best over the epochs it ran. The basis used is logged on every child run (tag
 tm_time_basis, metric tm_time_s). The baseline is never stopped by ASHA (scheduler.py).
 
+Compute basis. Wall-clock time on a shared machine measures the neighbours as much as the
+configuration, so a second score, tm_relative_score_compute, puts counted work in the time
+factor: the trial's cumulative estimated training FLOPs (train()'s per-epoch train_flops),
+projected to the full budget the same way (metric tm_flops). It is the same on any machine,
+loaded or not. A sweep's `tracking.tm_score` picks which one the leaderboard sorts by and the
+Pareto plot uses.
+
 Pairing. With several seeds a trial is compared with the baseline run under the same seed
 (the noise of the seed cancels); if that baseline failed, with the mean of the baselines
 that finished (tag tm_baseline says which).
@@ -34,21 +41,23 @@ def time_basis(train_time_s: float, epochs_run: int, epoch_budget: int) -> tuple
     return train_time_s / epochs_run * epoch_budget, PROJECTED
 
 
-def trial_tm(trial: Mapping[str, float], baseline: Mapping[str, float]) -> float | None:
-    """Both mappings need overall, tm_time_s and model_size_mb; None when undefined (a
-    baseline with overall <= 0 or a zero time/size makes the ratio meaningless)."""
-    needed = ("overall", "tm_time_s", "model_size_mb")
+def trial_tm(trial: Mapping[str, float], baseline: Mapping[str, float], time_key: str = "tm_time_s") -> float | None:
+    """Both mappings need overall, the time figure and model_size_mb; None when undefined (a
+    baseline with overall <= 0 or a zero time/size makes the ratio meaningless).
+    time_key tm_time_s: wall clock (tm_relative_score); tm_flops: counted training FLOPs on
+    the same full-budget basis (tm_relative_score_compute), the same on a loaded machine."""
+    needed = ("overall", time_key, "model_size_mb")
     if any(not isinstance(m.get(k), (int, float)) or math.isnan(m[k]) for m in (trial, baseline) for k in needed):
         return None
-    if baseline["overall"] <= 0 or trial["tm_time_s"] <= 0 or trial["model_size_mb"] <= 0:
+    if baseline["overall"] <= 0 or trial[time_key] <= 0 or trial["model_size_mb"] <= 0:
         return None
     return tm_relative_score(
-        {"overall": trial["overall"], "train_time_s": trial["tm_time_s"], "model_size_mb": trial["model_size_mb"]},
-        {"overall": baseline["overall"], "train_time_s": baseline["tm_time_s"],
+        {"overall": trial["overall"], "train_time_s": trial[time_key], "model_size_mb": trial["model_size_mb"]},
+        {"overall": baseline["overall"], "train_time_s": baseline[time_key],
          "model_size_mb": baseline["model_size_mb"]},
     )
 
 
 def mean_reference(baselines: list[Mapping[str, float]]) -> dict[str, float]:
-    keys = ("overall", "tm_time_s", "model_size_mb")
-    return {k: sum(b[k] for b in baselines) / len(baselines) for k in keys}
+    keys = ("overall", "tm_time_s", "model_size_mb", "tm_flops")
+    return {k: sum(b[k] for b in baselines) / len(baselines) for k in keys if all(k in b for b in baselines)}

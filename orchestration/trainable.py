@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray.train
 from ray import tune
 
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
@@ -24,6 +25,22 @@ def _file_log(path: Path):
     return log
 
 
+def _trial_folder() -> Path:
+    """The trial's folder in the sweep's storage (runs/<sweep>/<trial>), where train.log and
+    the model belong. Not get_trial_dir(): on a reused actor that is a scratch folder in Ray's
+    session directory, which Tune does not copy back, so most trials lost their train.log.
+    Storage that is not a local path (s3://...) keeps Tune's working folder."""
+    import pyarrow.fs
+
+    try:
+        storage = ray.train.get_context().get_storage()
+        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
+            return Path(storage.trial_fs_path)
+    except Exception:  # noqa: BLE001 - a Ray without that developer API: Tune's folder
+        pass
+    return Path(tune.get_context().get_trial_dir())
+
+
 def run_trial(config: dict[str, Any]) -> None:
     from mtbert.config import ConfigError, build_config
     from mtbert.train.loop import train
@@ -31,16 +48,20 @@ def run_trial(config: dict[str, Any]) -> None:
     if "__invalid__" in config["config"]:
         raise ConfigError(f"trial {config['key']}: {config['config']['__invalid__']}")
     cfg = build_config(config["config"], source=f"trial {config['key']}")
-    trial_dir = Path(tune.get_context().get_trial_dir())
+    trial_dir = _trial_folder()
     trial_dir.mkdir(parents=True, exist_ok=True)
     log = _file_log(trial_dir / LOG_NAME)
     log(f"trial {config['key']} pid {os.getpid()}")
+
+    from orchestration.mlflow_extras import SystemSampler
+
+    system = SystemSampler()  # [mlflow_extras] CPU/memory/GPU of this trial, per epoch
 
     def reporter(metrics: dict, checkpoint_dir: str | None) -> None:
         # tune.report copies the directory into the sweep's storage before returning, so
         # train() may delete it afterwards. On a scheduler stop this raises SystemExit.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report(dict(metrics), checkpoint=checkpoint)
+        tune.report({**metrics, **system.sample()}, checkpoint=checkpoint)
 
     output_dir = trial_dir / "output" if cfg.train.save_checkpoint else None
     checkpoint = tune.get_checkpoint()

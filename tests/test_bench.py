@@ -29,3 +29,16 @@ def test_throughput_bench_prints_every_ratio():
 def test_orchestration_bench_runs_a_real_sweep():
     out = run("orchestration.py", "--trials", "2", "--epochs", "1", "--steps", "2")
     assert "overhead ratio" in out and "MLflow" in out, out
+
+
+MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.skipif(not MINILM.is_dir(), reason="../shared/models/all-MiniLM-L6-v2 absent")
+def test_recipe_bench_prints_every_arm_and_mfu():
+    out = run("recipe.py", "--steps", "1", "--rounds", "1")
+    for arm in ("hand fp32", "hand bf16", "mtbert fp32", "mtbert bf16"):
+        assert arm in out, out
+    assert out.count("MFU") == 4 and "vs hand bf16" in out, out

@@ -40,7 +40,7 @@ class DataError(ValueError):
 
 def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
                   columns: ColumnMap | None = None,
-                  on_bad_row: str = "skip") -> tuple[list[Example], BadRows]:
+                  on_bad_row: str = "skip", labels_required: bool = True) -> tuple[list[Example], BadRows]:
     """Read one file of `task` examples.
 
     fmt: "cs224n" (tab-separated, header row whose first field is an empty index column;
@@ -50,6 +50,9 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
     "auto" picks by extension; a .csv whose header is tab-separated with an empty first
     field is cs224n.
     Row numbers in BadRows and errors are 1-based file lines (the header is line 1).
+    Each example keeps its id: the `columns.id` column, else an `id` column when the file
+    has one (CS224N), else its row number. With labels_required=False (a test split) the
+    label column may be absent or empty; such examples carry label None.
     """
     path = Path(path)
     if fmt not in FORMATS:
@@ -64,9 +67,24 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         if fmt == "auto":
             fmt = detect_format(path)
         names = _column_names(path, task, fmt, columns)
-        for line, fields in _records(path, fmt, names):
+        id_name = columns.id if columns is not None and columns.id else "id"
+        # An explicitly named id column must exist; the default `id` is used when present.
+        optional = ({id_name} if not (columns is not None and columns.id) else set())
+        if not labels_required:
+            optional.add(names[2])
+        absent: dict[str, int] = {}  # JSONL: column -> objects without it
+        objects, keys_seen = 0, []
+        for line, fields in _records(path, fmt, (*names, id_name), optional):
             bad.rows_read += 1
-            example, reason, detail = _to_example(fields, names, task)
+            if fmt == "jsonl" and fields is not None and BAD_JSON not in fields:
+                objects += 1
+                keys_seen = keys_seen or list(fields)
+                for name in (*names, id_name):
+                    if name is not None and name not in optional and name not in fields:
+                        absent[name] = absent.get(name, 0) + 1
+            example, reason, detail = _to_example(fields, names, task, labels_required)
+            if example is not None:
+                example = _with_id(example, fields, id_name, line)
             if example is not None:
                 examples.append(example)
                 continue
@@ -77,6 +95,10 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
         raise DataError(f"{path}: unreadable ({exc})") from None
+    for name, n in absent.items():
+        if objects and n == objects:  # a wrong column map, not a few malformed rows
+            raise DataError(f"{path}: column '{name}' missing from every row "
+                            f"(keys: {', '.join(map(str, keys_seen))}); set its columns map")
     return examples, bad
 
 
@@ -126,7 +148,8 @@ def _unquote(field: str) -> str:
     return field
 
 
-def _records(path: Path, fmt: str, names: tuple[str, str | None, str]) -> Iterator[tuple[int, Fields | None]]:
+def _records(path: Path, fmt: str, names: tuple[str | None, ...],
+             optional: set[str] = frozenset()) -> Iterator[tuple[int, Fields | None]]:
     """(line, fields) per data record; fields None when the record has the wrong shape."""
     if fmt == "jsonl":
         yield from _jsonl_records(path)
@@ -138,7 +161,7 @@ def _records(path: Path, fmt: str, names: tuple[str, str | None, str]) -> Iterat
         header = next(reader, None)
         if header is None:
             raise DataError(f"{path}: empty file (expected a header row)")
-        index = _header_index(path, header, names)
+        index = _header_index(path, header, names, fmt, optional)
         start = reader.line_num + 1
         for row in reader:
             line, start = start, reader.line_num + 1
@@ -150,15 +173,23 @@ def _records(path: Path, fmt: str, names: tuple[str, str | None, str]) -> Iterat
             yield line, {name: row[i] if quoted else _unquote(row[i]) for name, i in index.items()}
 
 
-def _header_index(path: Path, header: list[str], names: tuple[str, str | None, str]) -> dict[str, int]:
+def _header_index(path: Path, header: list[str], names: tuple[str | None, ...],
+                  fmt: str = "csv", optional: set[str] = frozenset()) -> dict[str, int]:
     header = [h.strip() for h in header]
     index = {}
     for name in names:
-        if name is None:
+        if name is None or (name in optional and name not in header):
             continue
         if name not in header:
             shown = ", ".join(h or "(empty)" for h in header)
-            raise DataError(f"{path}: column '{name}' not in header ({shown})")
+            hint = ""
+            if len(header) == 1 and fmt != "csv" and "," in header[0]:
+                hint = "; the header has commas but the file is read tab-separated: set format: csv"
+            elif len(header) == 1 and fmt == "csv" and "\t" in header[0]:
+                hint = "; the header has tabs but the file is read comma-separated: set format: tsv"
+            if hint:
+                hint += " (wrong delimiter)"
+            raise DataError(f"{path}: column '{name}' not in header ({shown}){hint}")
         index[name] = header.index(name)
     return index
 
@@ -176,7 +207,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Fields | None]]:
 
 
 def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
-                task: TaskSpec) -> tuple[Example | None, str, str]:
+                task: TaskSpec, labels_required: bool = True) -> tuple[Example | None, str, str]:
     """(example, "", "") or (None, reason, detail for the error message)."""
     if fields is None:
         return None, WRONG_FIELDS, ""
@@ -186,10 +217,11 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
     raw = fields.get(label_key)
     if isinstance(raw, bool):
         raw = int(raw)
-    if raw is None or str(raw).strip() == "":
+    unlabelled = raw is None or str(raw).strip() == ""
+    if unlabelled and labels_required:
         return None, MISSING_LABEL, f" ('{label_key}')"
-    label = task.parse_label(raw)
-    if label is None:
+    label = None if unlabelled else task.parse_label(raw)
+    if label is None and not unlabelled:
         return None, BAD_LABEL, f" {str(raw)!r} ({label_hint(task)})"
     text = _text(fields.get(text_key))
     if not text:
@@ -200,6 +232,12 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
         if not text2:
             return None, MISSING_TEXT2, f" ('{text2_key}')"
     return Example(text, text2, label), "", ""
+
+
+def _with_id(example: Example, fields: Fields, id_name: str, line: int) -> Example:
+    value = fields.get(id_name)
+    value = str(value).strip() if value is not None and not isinstance(value, (dict, list)) else ""
+    return Example(example.text, example.text2, example.label, value or str(line))
 
 
 def _text(value: Any) -> str:
@@ -221,6 +259,7 @@ def load_splits(cfg: Config) -> tuple[dict[str, tuple[list[Example], list[Exampl
     """task -> (train, dev) for every task in cfg.tasks, plus the BadRows of every file read."""
     splits: dict[str, tuple[list[Example], list[Example]]] = {}
     bad: list[BadRows] = []
+    resolve_files(cfg)
     for name in cfg.tasks:
         task = get_task(name)
         if cfg.data.source == "synthetic":
@@ -252,23 +291,62 @@ def _synthetic_splits(cfg: Config, task: TaskSpec) -> tuple[list[Example], list[
 
 def _split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, ColumnMap | None, str]:
     """(path, format, columns, config key naming the path) of one split."""
-    if cfg.data.source == "cs224n":
+    if cfg.data.source == "cs224n" and task.name not in cfg.data.files:
         if not cfg.data.dir or not Path(cfg.data.dir).is_dir():
             raise DataError(f"data.dir: {cfg.data.dir} not found")
         if not task.cs224n_stem:
-            raise DataError(f"tasks: '{task.name}' has no CS224N file stem; use data.source: files")
-        return Path(cfg.data.dir) / f"{task.cs224n_stem}-{split}.csv", "cs224n", None, "data.dir"
+            raise DataError(f"data.files.{task.name}: missing; task '{task.name}' has no CS224N files, "
+                            "so give its train and dev files there (the other tasks still read data.dir)")
+        path = Path(cfg.data.dir) / f"{task.cs224n_stem}-{split}.csv"
+        if split == "test" and not path.is_file():
+            # The CS224N handout names its unlabelled test files *-test-student.csv.
+            path = Path(cfg.data.dir) / f"{task.cs224n_stem}-test-student.csv"
+        return path, "cs224n", None, "data.dir"
     files = cfg.data.files.get(task.name)
     if files is None:
         raise DataError(f"data.files.{task.name}: missing (data.source is files)")
+    if not getattr(files, split):
+        raise DataError(f"data.files.{task.name}.{split}: " + (
+            "not set" if split == "test" else "missing (needs both train and dev paths)"))
     return Path(getattr(files, split)), files.format, files.columns, f"data.files.{task.name}.{split}"
+
+
+def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
+    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
+    return _read_split(cfg, get_task(task_name), split)
+
+
+def resolve_files(cfg: Config) -> Config:
+    """Write into `cfg.data.files` what the readers will really use: the detected format of
+    an `auto` entry, and for a cs224n-format file the task's own column names (which the
+    reader uses whatever `columns` says). The resolved config is what result.json and the
+    MLflow params record, so they must not show defaults the reader ignored. In place;
+    idempotent; an entry whose file is missing is left as it is (reading it fails later)."""
+    for name, files in cfg.data.files.items():
+        if name not in cfg.tasks:
+            continue
+        task = get_task(name)
+        fmt = files.format
+        if fmt == "auto":
+            try:
+                fmt = detect_format(Path(files.train))
+            except (DataError, OSError):
+                continue
+        files.format = fmt
+        if fmt == "cs224n" and task.cs224n_columns:
+            text, text2, label = task.cs224n_columns
+            files.columns = ColumnMap(text=text, text2=text2, label=label)
+        elif not task.pair:
+            files.columns.text2 = None  # single-sentence tasks never read it
+    return cfg
 
 
 def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example], BadRows]:
     path, fmt, columns, key = _split_file(cfg, task, split)
     if not path.is_file():
         raise DataError(f"{key}: {path} not found")
-    examples, bad = read_examples(path, task, fmt, columns, cfg.data.on_bad_row)
+    examples, bad = read_examples(path, task, fmt, columns, cfg.data.on_bad_row,
+                                  labels_required=split != "test")
     if not examples:
         raise DataError(f"{key}: {path}: no usable rows ({bad.summary()})")
     return examples, bad

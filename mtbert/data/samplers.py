@@ -8,12 +8,15 @@ Strategies (config `sampling.strategy`):
                 near uniform in the last
   uniform       one task per step, p_i = 1/T
   tuple         every task at every step (one batch of each, losses combined)
+  temperature   one task per step, p_i ∝ min(N_i, cap)^(1/T) (jiant's temperature sampling;
+                `sampling.temperature` T, `sampling.size_cap` cap): T = 1 is proportional,
+                T -> infinity uniform
 """
 from __future__ import annotations
 
 import numpy as np
 
-STRATEGIES = ("round_robin", "proportional", "annealed", "uniform", "tuple")
+STRATEGIES = ("round_robin", "proportional", "annealed", "uniform", "tuple", "temperature")
 
 
 class SamplingError(ValueError):
@@ -38,9 +41,17 @@ def _check(strategy: str, sizes: dict[str, int], epoch: int, epochs: int) -> Non
         raise SamplingError(f"sampling: epoch must be in 1..{epochs} (1-based), got {epoch}")
 
 
-def task_probabilities(strategy: str, sizes: dict[str, int], epoch: int, epochs: int) -> dict[str, float]:
+def task_probabilities(strategy: str, sizes: dict[str, int], epoch: int, epochs: int,
+                       temperature: float = 1.0, size_cap: int | None = None) -> dict[str, float]:
     """Probability that a step trains each task (tuple: 1.0 each, all tasks every step)."""
     _check(strategy, sizes, epoch, epochs)
+    if strategy == "temperature":
+        if not temperature > 0:
+            raise SamplingError(f"sampling.temperature: must be > 0, got {temperature}")
+        capped = {t: min(n, size_cap) if size_cap else n for t, n in sizes.items()}
+        weights = {t: float(n) ** (1.0 / temperature) for t, n in capped.items()}
+        total = sum(weights.values())
+        return {t: w / total for t, w in weights.items()}
     if strategy == "tuple":
         return {t: 1.0 for t in sizes}
     if strategy in ("round_robin", "uniform"):
@@ -52,9 +63,9 @@ def task_probabilities(strategy: str, sizes: dict[str, int], epoch: int, epochs:
 
 
 def task_schedule(strategy: str, sizes: dict[str, int], epoch: int, epochs: int, steps: int,
-                  seed: int) -> list[list[str]]:
+                  seed: int, temperature: float = 1.0, size_cap: int | None = None) -> list[list[str]]:
     """The tasks trained at each of `steps` steps of one epoch (1-based `epoch`)."""
-    probs = task_probabilities(strategy, sizes, epoch, epochs)
+    probs = task_probabilities(strategy, sizes, epoch, epochs, temperature, size_cap)
     tasks = list(sizes)
     if strategy == "tuple":
         return [list(tasks) for _ in range(steps)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import uuid
 from collections import Counter
@@ -155,6 +156,35 @@ def _unpack(flat: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
     return list(map(flat.tolist().__getitem__, map(slice, starts, ends.tolist())))
 
 
+@dataclass
+class Truncation:
+    """What `max_length` cut from one task's split, counted at tokenization."""
+    task: str
+    split: str
+    max_length: int
+    rows: int = 0
+    rows_cut: int = 0  # rows with at least one sequence longer than max_length
+    tokens: int = 0  # tokens the untruncated sequences would have
+    tokens_lost: int = 0
+    p95_length: int = 0  # the max_length that would keep 95% of rows whole
+
+    @property
+    def lost_share(self) -> float:
+        return self.tokens_lost / self.tokens if self.tokens else 0.0
+
+    def summary(self) -> str:
+        """One line, e.g. 'reviews train: 990 of 1000 rows cut at 64 tokens (71% of tokens lost;
+        95% of rows fit in 480: task_options.reviews.max_length)'."""
+        return (f"{self.task} {self.split}: {self.rows_cut} of {self.rows} rows cut at {self.max_length} "
+                f"tokens ({self.lost_share:.0%} of tokens lost; 95% of rows fit in {self.p95_length}: "
+                f"task_options.{self.task}.max_length)")
+
+    def to_dict(self) -> dict:
+        return {"task": self.task, "split": self.split, "max_length": self.max_length, "rows": self.rows,
+                "rows_cut": self.rows_cut, "tokens": self.tokens, "tokens_lost": self.tokens_lost,
+                "lost_share": round(self.lost_share, 6), "p95_length": self.p95_length}
+
+
 @dataclass(eq=False)
 class TaskDataset:
     """One task's split, tokenized and unpadded. Treat it as read-only: collate reads a packed
@@ -164,6 +194,7 @@ class TaskDataset:
     type_ids: list[list[list[int]]]
     labels: torch.Tensor
     _packed: list[_Packed] | None = field(default=None, init=False, repr=False)
+    truncation: dict | None = field(default=None, repr=False)  # Truncation.to_dict() of this split
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -186,11 +217,23 @@ def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example],
     if encoding not in ("cross", "bi"):
         raise DataError(f"pairs.encoding: expected cross or bi, got '{encoding}'")
     texts = [e.text for e in examples]
+    full: list[list[int]] = []  # per side: untruncated length of each row
 
     def run(a: list[str], b: list[str] | None = None) -> tuple[list[list[int]], list[list[int]]]:
         out = tokenizer(a, b, truncation=True, max_length=max_length, return_token_type_ids=True,
                         return_attention_mask=False)
-        return out["input_ids"], out["token_type_ids"]
+        ids = out["input_ids"]
+        # Only a row that reached max_length can have been cut: tokenize those again whole.
+        lengths = [len(x) for x in ids]
+        at = [i for i, n in enumerate(lengths) if n >= max_length]
+        if at:
+            whole = tokenizer([a[i] for i in at], [b[i] for i in at] if b is not None else None,
+                              truncation=False, return_attention_mask=False, return_token_type_ids=False,
+                              verbose=False)["input_ids"]
+            for i, w in zip(at, whole):
+                lengths[i] = len(w)
+        full.append(lengths)
+        return ids, out["token_type_ids"]
 
     if not task.pair:
         encoded = [run(texts)]
@@ -200,7 +243,22 @@ def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example],
         encoded = [run(texts), run([e.text2 or "" for e in examples])]
     dtype = torch.float32 if task.kind == "regression" else torch.long
     labels = torch.tensor([e.label for e in examples], dtype=dtype)
-    return TaskDataset(task.name, [ids for ids, _ in encoded], [tt for _, tt in encoded], labels)
+    ds = TaskDataset(task.name, [ids for ids, _ in encoded], [tt for _, tt in encoded], labels)
+    ds.truncation = truncation_counts(task.name, "", max_length, full).to_dict()
+    return ds
+
+
+def truncation_counts(task: str, split: str, max_length: int, full: list[list[int]]) -> Truncation:
+    """Counts from the untruncated lengths of each side (`full[side][row]`)."""
+    t = Truncation(task, split, max_length, rows=len(full[0]) if full else 0)
+    longest = [max(side[i] for side in full) for i in range(t.rows)]
+    t.rows_cut = sum(n > max_length for n in longest)
+    t.tokens = sum(sum(side) for side in full)
+    t.tokens_lost = sum(max(0, n - max_length) for side in full for n in side)
+    if longest:
+        ranked = sorted(longest)
+        t.p95_length = ranked[max(0, math.ceil(0.95 * len(ranked)) - 1)]
+    return t
 
 
 def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
@@ -250,7 +308,7 @@ def _save(ds: TaskDataset, path: Path) -> None:
     state = {"task": ds.task, "labels": ds.labels,
              "ids": [p.ids.to(torch.int32) for p in ds.packed],
              "types": [p.types.to(torch.int8) for p in ds.packed],
-             "lengths": [p.lengths.to(torch.int32) for p in ds.packed]}
+             "lengths": [p.lengths.to(torch.int32) for p in ds.packed], "truncation": ds.truncation}
     _atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -265,6 +323,7 @@ def _load(path: Path) -> TaskDataset | None:
                   for ids, types, n in sides]
         ds = TaskDataset(state["task"], [_unpack(p.ids, p.lengths) for p in packed],
                          [_unpack(p.types, p.lengths) for p in packed], state["labels"])
+        ds.truncation = dict(state["truncation"])  # a file from before the counts: a miss
     except Exception:  # a truncated or foreign file is a cache miss, not an error
         return None
     ds._packed = packed
@@ -280,6 +339,7 @@ def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples
     if ds is None:
         ds = encode_examples(tokenizer, examples, task, encoding, max_length)
         _save(ds, path)
+    ds.truncation = {**ds.truncation, "split": split}
     return ds
 
 
@@ -291,6 +351,16 @@ class Prepared:
     train: dict[str, TaskDataset]
     dev: dict[str, TaskDataset]
     bad_rows: list[BadRows]
+
+    def truncation(self) -> list[Truncation]:
+        """Per task and split, train first; what max_length (per task) cut."""
+        return [Truncation(**{k: v for k, v in ds.truncation.items() if k != "lost_share"})
+                for part in (self.train, self.dev) for ds in part.values() if ds.truncation]
+
+    def data_report(self) -> list[str]:
+        """The bad-row summaries and every split that lost rows to truncation."""
+        return ([b.summary() for b in self.bad_rows if b.total]
+                + [t.summary() for t in self.truncation() if t.rows_cut])
 
 
 def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
@@ -312,5 +382,10 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
         task = get_task(name)
         for split, examples, out in (("train", train_ex, train), ("dev", dev_ex, dev)):
             out[name] = encode_cached(tokenizer, fingerprint, examples, task, cfg.pairs.encoding,
-                                      cfg.model.max_length, cache_dir, split)
-    return Prepared(tokenizer, train, dev, bad_rows)
+                                      cfg.max_length(name), cache_dir, split)
+    prepared = Prepared(tokenizer, train, dev, bad_rows)
+    if log is not None:
+        for t in prepared.truncation():
+            if t.rows_cut:
+                log(t.summary())
+    return prepared

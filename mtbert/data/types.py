@@ -10,7 +10,10 @@ import torch
 class Example:
     text: str
     text2: str | None  # second sentence of a pair task, else None
-    label: float | int
+    label: float | int | None  # None only in an unlabelled split (a test file)
+    # The file's id column (CS224N `id`), else the row number: what a prediction file names.
+    # Not part of equality: two rows with the same content are the same training example.
+    id: str | None = field(default=None, compare=False)
 
 
 @dataclass

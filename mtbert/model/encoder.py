@@ -1,6 +1,8 @@
 """Loading a BERT-family encoder: a hub name, a local directory, or a tiny random-init model."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from mtbert.config import Config, ConfigError
 from mtbert.hub import pretrained_source
 
@@ -18,26 +20,59 @@ def encoder_config(cfg: Config, vocab_size: int | None = None):
             num_hidden_layers=m.tiny.layers,
             num_attention_heads=m.tiny.heads,
             intermediate_size=m.tiny.intermediate,
-            max_position_embeddings=max(128, m.max_length),
+            max_position_embeddings=max(128, m.max_length, *(cfg.max_length(t) for t in cfg.tasks)),
         )
     source, kwargs = pretrained_source(m.name_or_path, ConfigError)
+    if Path(source).is_dir():
+        check_model_folder(m.name_or_path, Path(source))
     try:
         return AutoConfig.from_pretrained(source, **kwargs)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"model.name_or_path: cannot load '{m.name_or_path}' "
-                          f"({str(exc).splitlines()[0]})") from None
+                          f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})") from None
 
 
-def load_encoder(cfg: Config, vocab_size: int | None = None):
-    """A BertModel-like module with .embeddings, .encoder.layer and (optionally) .pooler."""
+# The weight files AutoModel can load into torch (single file or sharded with an index).
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_folder(name: str, folder: Path) -> None:
+    """A local model folder needs its config and its weights: checked here, at load, and
+    not after the data has been tokenized, where from_pretrained would fail with a traceback."""
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"model.name_or_path: folder {folder} holds no model (no config.json); "
+                          "give a folder in Hugging Face layout, a hub name, or tiny")
+    if not any((folder / w).is_file() for w in WEIGHT_FILES):
+        raise ConfigError(f"model.name_or_path: folder {folder} has config.json but no weights "
+                          f"({' or '.join(WEIGHT_FILES[:2])})")
+
+
+def position_limit(enc_config) -> int | None:
+    """Longest sequence the encoder's position embeddings allow (None: no absolute positions)."""
+    limit = getattr(enc_config, "max_position_embeddings", None)
+    if limit is None or getattr(enc_config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    if enc_config.model_type in ("roberta", "xlm-roberta", "camembert", "longformer"):
+        limit -= 2  # their positions start after the padding index
+    return int(limit)
+
+
+def load_encoder(cfg: Config, vocab_size: int | None = None, weights: bool = True):
+    """A BertModel-like module with .embeddings, .encoder.layer and (optionally) .pooler.
+    weights=False builds the architecture alone (a model bundle loads its own weights)."""
     from transformers import AutoModel, BertModel
 
     if cfg.model.name_or_path == "tiny":
         enc = BertModel(encoder_config(cfg, vocab_size), add_pooling_layer=True)
+    elif not weights:
+        enc = AutoModel.from_config(encoder_config(cfg))
     else:
         encoder_config(cfg)  # readable error for a missing directory or unknown hub name
         source, kwargs = pretrained_source(cfg.model.name_or_path, ConfigError)
-        enc = AutoModel.from_pretrained(source, **kwargs)
+        enc, info = AutoModel.from_pretrained(source, output_loading_info=True, **kwargs)
+        # Which parameters start from random init decides their learning rate (optim.head_lr).
+        enc.mtbert_new_params = set(info.get("missing_keys", ()))
     if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
         raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}' is not a BERT-family "
                           "encoder (needs .embeddings and .encoder.layer)")
@@ -46,7 +81,19 @@ def load_encoder(cfg: Config, vocab_size: int | None = None):
 
 def check_against_encoder(cfg: Config) -> int:
     """Validate the keys that depend on the encoder depth L; returns L."""
-    n_layers = encoder_config(cfg).num_hidden_layers
+    enc_config = encoder_config(cfg)
+    n_layers = enc_config.num_hidden_layers
+    limit = position_limit(enc_config)
+    if limit is not None:
+        uses_default = any(cfg.task_options.get(t) is None or cfg.task_options[t].max_length is None
+                           for t in cfg.tasks)
+        keys = [("model.max_length", cfg.model.max_length)] if uses_default else []
+        keys += [(f"task_options.{t}.max_length", o.max_length) for t, o in cfg.task_options.items()
+                 if o.max_length is not None]
+        for key, value in keys:
+            if value > limit:
+                raise ConfigError(f"{key}: {value} > {limit}, the position limit of "
+                                  f"'{cfg.model.name_or_path}' (max_position_embeddings)")
     k = cfg.sharing.encoder_shared_layers
     if k is not None and k > n_layers:
         raise ConfigError(f"sharing.encoder_shared_layers: {k} > {n_layers} layers of "

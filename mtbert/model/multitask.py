@@ -137,12 +137,17 @@ def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class MultitaskModel(nn.Module):
-    def __init__(self, cfg: Config, vocab_size: int | None = None, pad_token_id: int = 0):
+    def __init__(self, cfg: Config, vocab_size: int | None = None, pad_token_id: int = 0,
+                 encoder_weights: bool = True):
         super().__init__()
         self.tasks: list[TaskSpec] = [get_task(t) for t in cfg.tasks]
         self.encoding = cfg.pairs.encoding
-        self.sts_cosine = cfg.sts.head == "cosine"
-        if self.sts_cosine and (self.encoding != "bi" or "sts" not in cfg.tasks):
+        # Tasks whose head is the cosine of the two sentence vectors (task_options.<t>.head,
+        # or sts.head for sts); config.validate checks they are bi-encoded regression pairs.
+        self.cosine_tasks = {t for t in cfg.tasks if cfg.task_head(t) in ("cosine", "cosine_mlp")}
+        self.cosine_mlp_tasks = {t for t in cfg.tasks if cfg.task_head(t) == "cosine_mlp"}
+        self.sts_cosine = "sts" in self.cosine_tasks
+        if self.cosine_tasks and self.encoding != "bi":
             raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors)")
         if cfg.sharing.cascade != "none" and self.encoding == "bi":
             raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi "
@@ -151,7 +156,7 @@ class MultitaskModel(nn.Module):
         self.length_buckets = cfg.train.length_buckets
         self.call_cost: float | None = None  # overrides the setting (tests, bench)
 
-        enc = load_encoder(cfg, vocab_size)
+        enc = load_encoder(cfg, vocab_size, weights=encoder_weights)
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)
         self.num_layers = n = len(layers)
@@ -166,6 +171,9 @@ class MultitaskModel(nn.Module):
         self.task_layers = nn.ModuleDict({t: nn.ModuleList(copy.deepcopy(layers[k:])) for t in names})
         self.pooling = cfg.model.pooling
         self.poolers = nn.ModuleDict()
+        new_params = getattr(enc, "mtbert_new_params", None)
+        self.pretrained_pooler = (new_params is not None and enc.pooler is not None
+                                  and not any(k.startswith("pooler.") for k in new_params))
         if self.pooling == "pooler":
             pooler = enc.pooler
             if pooler is None:
@@ -187,7 +195,7 @@ class MultitaskModel(nn.Module):
         # to the hidden width so that S head layers can be shared with single-sentence tasks.
         self.pair_proj = nn.ModuleDict({
             t.name: nn.Linear(4 * hidden, hidden) for t in self.tasks
-            if t.pair and self.encoding == "bi" and not (t.name == "sts" and self.sts_cosine)})
+            if t.pair and self.encoding == "bi" and t.name not in self.cosine_tasks})
 
         self.cascade = cfg.sharing.cascade.split(">") if cfg.sharing.cascade != "none" else []
         in_dims = {}
@@ -199,23 +207,49 @@ class MultitaskModel(nn.Module):
         dropout = {t: (cfg.heads.task_dropout or {}).get(t, cfg.heads.dropout) for t in names}
         width = cfg.heads.hidden or hidden
         try:
-            self.heads = Heads(self.tasks, in_dims, cfg.head_regime(), width, dropout,
+            # A plain cosine pair score has no head at all (predict_from_pooled).
+            headed = [t for t in self.tasks if t.name not in self.cosine_tasks - self.cosine_mlp_tasks]
+            self.heads = Heads(headed, in_dims, cfg.head_regime(), width, dropout,
                                cfg.sharing.head_share_tasks)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self._freeze(cfg.freeze.layers)
+        self.train()  # frozen modules start in eval mode too
 
     # ------------------------------------------------------------------ structure
     def _freeze(self, n: int) -> None:
-        """freeze-your-layers.txt: embeddings and the first n encoder layers get no updates."""
+        """freeze-your-layers.txt: embeddings and the first n encoder layers get no updates.
+
+        Frozen modules also stay in eval mode (no dropout) while the model trains: their outputs
+        are then a fixed function of the input, the same whether computed each step or once
+        (the frozen-layer cache, train/frozen.py)."""
+        self.frozen_depth = 0 if n == 0 else (self.num_layers if n < 0 else n)
+        self._frozen: list[nn.Module] = []
         if n == 0:
             return
-        n = self.num_layers if n < 0 else n
+        n = self.frozen_depth
         frozen = [self.embeddings] + list(self.shared_layers[: min(n, self.k)])
         for layers in self.task_layers.values():
             frozen += list(layers[: max(0, n - self.k)])
         for module in frozen:
             module.requires_grad_(False)
+        self._frozen = frozen
+
+    def train(self, mode: bool = True) -> "MultitaskModel":
+        super().train(mode)
+        for module in self._frozen:
+            module.eval()
+        return self
+
+    def layer(self, i: int) -> nn.Module:
+        """Encoder layer i as a task sees it before the copies diverge (a frozen private copy
+        keeps the pretrained weights, so any task's copy computes the same)."""
+        return self.shared_layers[i] if i < self.k else next(iter(self.task_layers.values()))[i - self.k]
+
+    def cache_safe(self) -> bool:
+        """Whether the frozen layers' outputs depend on the input alone. PALs add a trainable
+        term inside every layer, frozen or not, so nothing below them is fixed."""
+        return self.frozen_depth > 0 and self.pals is None
 
     def shared_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters used by more than one task (what PCGrad projects)."""
@@ -255,7 +289,7 @@ class MultitaskModel(nn.Module):
                 else:
                     delta = torch.zeros_like(out)
                     for task, rows in groups:
-                        delta = delta.index_add(0, rows, self.pals[task](first + j, h[rows], mask2[rows]))
+                        delta = delta.index_add(0, rows, self.pals[task](first + j, h[rows], mask2[rows]).to(out.dtype))
                     out = out + delta
             h = out
         return h
@@ -283,20 +317,22 @@ class MultitaskModel(nn.Module):
         back = torch.tensor([where[row] for row in rows], device=h.device)
         return torch.cat(outs)[back]
 
-    def encode(self, packed: Packed, emb: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
-        """Embeddings -> pooled vector per (task, side)."""
+    def encode(self, packed: Packed, h: torch.Tensor, start: int = 0) -> dict[tuple[str, int], torch.Tensor]:
+        """Hidden states after `start` encoder layers (0: the embeddings) -> pooled vector per
+        (task, side). start = L takes one vector per row (the pooling input, see
+        FrozenCache) and runs no layer."""
         row_tasks = [task for task, _, s, e in packed.segments for _ in range(s, e)]
-        h = emb
-        if len(self.shared_layers):
+        if start < self.k:
             h = self._bucketed(packed, h, range(len(row_tasks)), lambda x, m, rows: self._stack(
-                self.shared_layers, 0, x, m, [row_tasks[r] for r in rows]))
+                self.shared_layers[start:], start, x, m, [row_tasks[r] for r in rows]))
+        first = max(start, self.k)
         pooled = {}
         # Private layers run per task over all of that task's rows (both sides of a bi pair).
         for task, parts in _by_task(packed).items():
             s0, e0 = parts[0][1], parts[-1][2]
 
             def private(x: torch.Tensor, m: torch.Tensor, rows: list[int], task: str = task) -> torch.Tensor:
-                x = self._stack(self.task_layers[task], self.k, x, m, [task] * len(rows))
+                x = self._stack(self.task_layers[task][first - self.k:], first, x, m, [task] * len(rows))
                 return self.pooled_norm(self._pool(task, x, m))
 
             out = self._bucketed(packed, h, range(s0, e0), private)
@@ -304,18 +340,32 @@ class MultitaskModel(nn.Module):
                 pooled[(task, side)] = out[s - s0:e - s0]
         return pooled
 
-    def layer_positions(self, packed: Packed, device: torch.device) -> tuple[int, int]:
-        """(real tokens, positions computed) summed over the encoder layers of one forward:
-        what the padding costs after bucketing."""
+    def layer_positions(self, packed: Packed, device: torch.device, start: int = 0) -> tuple[int, int]:
+        """(real tokens, positions computed) summed over the encoder layers that one forward
+        from layer `start` runs: what the padding costs after bucketing."""
         cost = self._call_cost(device)
 
         def positions(rows: range) -> int:
             return sum(len(bucket) * width for bucket, width in packed.bucketed(rows, cost))
-        real = sum(packed.lengths) * self.num_layers
-        done = positions(range(len(packed.lengths))) * self.k
+        real = sum(packed.lengths) * (self.num_layers - start)
+        done = positions(range(len(packed.lengths))) * max(0, self.k - start)
         for parts in _by_task(packed).values():
-            done += positions(range(parts[0][1], parts[-1][2])) * (self.num_layers - self.k)
+            done += positions(range(parts[0][1], parts[-1][2])) * (self.num_layers - max(start, self.k))
         return real, done
+
+    def layer_params(self) -> int:
+        """Parameters of one encoder layer (all layers of a BERT encoder have the same shape)."""
+        return sum(p.numel() for p in self.layer(0).parameters())
+
+    def step_flops(self, packed: Packed, device: torch.device, start: int) -> int:
+        """Training FLOPs of the encoder layers for one forward + backward from layer `start`:
+        2 x params x positions forward in every layer run, 4 x more backward in the layers at
+        or above the lowest trainable one (frozen bottom layers need no backward). Attention's
+        T^2 term and the small heads are left out, as in the usual 6N-per-token count."""
+        _, done = self.layer_positions(packed, device, start)
+        per_layer = done / max(1, self.num_layers - start)  # mean positions per layer run
+        trainable_layers = self.num_layers - max(start, self.frozen_depth)
+        return int(self.layer_params() * (2 * done + 4 * per_layer * trainable_layers))
 
     def _pool(self, task: str, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "pooler":
@@ -336,15 +386,18 @@ class MultitaskModel(nn.Module):
         if len(sides) == 1:
             return self._head(task, sides[0])
         u, v = sides
-        if task == "sts" and self.sts_cosine:
-            # Cosine of the two sentence vectors mapped from [-1, 1] to [0, 1], the units the
-            # regression loss works in (TaskSpec.predict scales it to 0..5).
-            cos = torch.cosine_similarity(self.heads.hidden(task, u), self.heads.hidden(task, v), dim=-1)
-            return (0.5 * (cos + 1.0)).unsqueeze(-1)
+        if task in self.cosine_tasks:
+            # The cosine of the two sentence vectors is the prediction, in the [0, 1] units the
+            # regression loss works in (TaskSpec.predict scales it to 0..5): MSE towards
+            # similarity / 5, as sentence encoders are trained. No head layers: a random
+            # projection would throw away the pretrained geometry the score starts from.
+            if task in self.cosine_mlp_tasks:  # the papers' variant: after the hidden head layers
+                u, v = self.heads.hidden(task, u), self.heads.hidden(task, v)
+            return torch.cosine_similarity(u, v, dim=-1).unsqueeze(-1)
         return self._head(task, self.pair_proj[task](torch.cat([u, v, (u - v).abs(), u * v], dim=-1)))
 
-    def from_embeddings(self, packed: Packed, emb: torch.Tensor) -> dict[str, torch.Tensor]:
-        pooled = self.encode(packed, emb)
+    def from_embeddings(self, packed: Packed, emb: torch.Tensor, start: int = 0) -> dict[str, torch.Tensor]:
+        pooled = self.encode(packed, emb, start)
         sides: dict[str, list[torch.Tensor]] = {}
         for task, side, _, _ in packed.segments:  # segments list sides in order
             sides.setdefault(task, []).append(pooled[(task, side)])

@@ -24,10 +24,15 @@ import yaml
 from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, task_schedule
 from mtbert.data.tokenize import Prepared, collate, prepare
-from mtbert.model.multitask import MultitaskModel, count_params, model_size_mb, pack
+from mtbert.data.types import Batch
+from mtbert.model.multitask import MultitaskModel, Packed, count_params, model_size_mb, pack
 from mtbert.tasks import get_task
 from mtbert.train import measure
+from mtbert.train.frozen import FrozenCache, estimate_mb
+from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
+from mtbert.train.state import STATE_FILE, capture_rng, restore_rng, sampler_position
+from mtbert.train.weighting import Weighting, make_weighting
 
 Reporter = Callable[[dict, "str | None"], None]
 
@@ -41,11 +46,12 @@ class Result:
     metrics: dict  # final figures: best-epoch scores + measurements
     epochs: list[dict] = field(default_factory=list)  # per-epoch metrics
     config: dict = field(default_factory=dict)
-    data_report: list[str] = field(default_factory=list)  # bad-row summaries
+    data_report: list[str] = field(default_factory=list)  # bad-row and truncation summaries
+    truncation: list[dict] = field(default_factory=list)  # per task and split: what max_length cut
 
     def to_dict(self) -> dict:
         return {"metrics": self.metrics, "epochs": self.epochs, "config": self.config,
-                "data_report": self.data_report}
+                "data_report": self.data_report, "truncation": self.truncation}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -60,13 +66,67 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: Config) -> torch.optim.Optimizer:
-    params = [p for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad]
-    # No decay on biases and LayerNorm gains (the usual BERT fine-tuning recipe).
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.optim.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.optim.lr)
+def param_rates(model: MultitaskModel, cfg: Config) -> dict[int, float]:
+    """id(parameter) -> learning rate. The encoder's own (pretrained) parameters get optim.lr,
+    scaled by layer_decay^(layers above them); everything the model adds on top (heads, pair
+    projections, PALs, the pooled LayerNorm, a pooler the checkpoint lacks) optim.head_lr.
+    For tiny both rates are one unless set apart: nothing there is pretrained."""
+    o, n = cfg.optim, model.num_layers
+    rates: dict[int, float] = {}
+
+    def put(module: torch.nn.Module, rate: float) -> None:
+        for p in module.parameters():
+            rates.setdefault(id(p), rate)
+
+    put(model.embeddings, o.lr * o.layer_decay ** n)
+    for i, layer in enumerate(model.shared_layers):
+        put(layer, o.lr * o.layer_decay ** (n - 1 - i))
+    for layers in model.task_layers.values():
+        for j, layer in enumerate(layers):
+            put(layer, o.lr * o.layer_decay ** (n - 1 - model.k - j))
+    if model.pretrained_pooler:
+        for pooler in model.poolers.values():
+            put(pooler, o.lr)
+    for p in model.parameters():
+        rates.setdefault(id(p), o.head_lr)
+    return rates
+
+
+def make_optimizer(model: MultitaskModel, cfg: Config, extra: list[torch.nn.Parameter] = ()) -> torch.optim.Optimizer:
+    """AdamW with one group per (rate, decay) pair. `extra` parameters (e.g. a loss
+    weighting's own) train at the head rate."""
+    rates = param_rates(model, cfg)
+    groups: dict[tuple[float, float], list[torch.nn.Parameter]] = {}
+    params = {id(p): p for p in model.parameters()}
+    extra_ids = {id(p) for p in extra}
+    for p in list(params.values()) + list(extra):
+        if not p.requires_grad:
+            continue
+        # No decay on biases and LayerNorm gains (the usual BERT fine-tuning recipe), nor on a
+        # weighting method's own parameters (decay would pull its log-variances to 0).
+        decay = cfg.optim.weight_decay if p.ndim >= 2 and id(p) not in extra_ids else 0.0
+        groups.setdefault((rates.get(id(p), cfg.optim.head_lr), decay), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
+                              for (lr, wd), ps in groups.items()], lr=cfg.optim.lr)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
+    """optim.schedule over `total_steps` optimizer steps, after optim.warmup (transformers'
+    schedulers: the LR multiplier rises linearly from 0 over the warmup, then stays (constant)
+    or falls to 0 at the last step (linear, cosine))."""
+    from transformers import get_scheduler
+
+    w = cfg.optim.warmup
+    warmup = int(w) if w >= 1 else int(round(w * total_steps))
+    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[cfg.optim.schedule]
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    """train.precision: auto is bf16 on CUDA and on CPUs with native bf16 matmuls."""
+    if precision != "auto":
+        return precision == "bf16"
+    return device.type == "cuda" or (device.type == "cpu" and measure.cpu_has_bf16())
 
 
 def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
@@ -79,7 +139,8 @@ def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: MultitaskModel, dev: dict, cfg: Config, device, pad_id: int, autocast) -> dict[str, float]:
+def evaluate(model: MultitaskModel, dev: dict, cfg: Config, device, pad_id: int, autocast,
+             cache: FrozenCache | None = None) -> dict[str, float]:
     model.eval()
     scores = {}
     for name, ds in dev.items():
@@ -88,15 +149,32 @@ def evaluate(model: MultitaskModel, dev: dict, cfg: Config, device, pad_id: int,
         order = sorted(range(len(ds)), key=lambda i: len(ds.sides[0][i]))
         preds, labels = [], []
         for at in range(0, len(order), cfg.train.eval_batch_size):
-            batch = collate(ds, order[at:at + cfg.train.eval_batch_size], pad_id)
-            packed = pack([batch]).to(device)  # packed on the host: row lengths need no device sync
+            idx = order[at:at + cfg.train.eval_batch_size]
             with autocast():
-                out = model.from_embeddings(packed, model.embed(packed))[name]
+                out = _forward(model, [_batch(ds, idx, pad_id, cache)], idx_of=[idx], cache=cache,
+                               split="dev", device=device)[0][name]
             preds.append(task.predict(out.float()))
-            labels.append(batch.labels.to(device))
+            labels.append(ds.labels[idx].to(device))
         scores[name] = task.score(torch.cat(preds), torch.cat(labels))
     model.train()
     return scores
+
+
+def _batch(ds, idx, pad_id: int, cache: FrozenCache | None) -> Batch:
+    # With the frozen-layer cache the token ids are never read: labels only.
+    return Batch(ds.task, [], ds.labels[idx]) if cache is not None else collate(ds, idx, pad_id)
+
+
+def _forward(model: MultitaskModel, batches: list[Batch], idx_of, cache: FrozenCache | None,
+             split: str, device) -> tuple[dict[str, torch.Tensor], Packed]:
+    """One packed forward of these batches: from the embeddings, or from the stored output
+    of the frozen layers. Packing happens on the host (row lengths need no device sync)."""
+    if cache is None:
+        packed = pack(batches).to(device)
+        return model.from_embeddings(packed, model.embed(packed)), packed
+    packed, h = cache.pack(split, [(b, torch.as_tensor(i)) for b, i in zip(batches, idx_of)])
+    packed, h = packed.to(device), h.to(device, non_blocking=True)
+    return model.from_embeddings(packed, h, cache.start), packed
 
 
 def epoch_metrics(scores: dict[str, float]) -> dict[str, float]:
@@ -108,130 +186,210 @@ def epoch_metrics(scores: dict[str, float]) -> dict[str, float]:
 
 def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path | None = None,
           resume_from: str | Path | None = None, prepared: Prepared | None = None,
-          log: Callable[[str], None] | None = print) -> Result:
+          log: Callable[[str], None] | None = print, progress=None) -> Result:
+    """`output_dir` gets result.json, the best epoch's model bundle (best/) and, after every
+    epoch, the resumable state (last/state.pt) that `resume_from=output_dir / "last"` continues.
+    `progress`, when given, is told about every step (mtbert/train/progress.py)."""
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
     device = measure.pick_device(cfg.train.device)
-    use_bf16 = cfg.train.precision == "bf16" or (cfg.train.precision == "auto" and device.type == "cuda")
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if use_bf16 else nullcontext
+    bf16 = use_bf16(cfg.train.precision, device)
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
 
     prepared = prepared or prepare(cfg, log=log)
     tok = prepared.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
-    optimizer = make_optimizer(model, cfg)
-    shared = model.shared_parameters() if cfg.loss.pcgrad else []
+    cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, bf16, log)
+    start = cache.start if cache is not None else 0
+    weighting = make_weighting(cfg, device)
+    optimizer = make_optimizer(model, cfg, weighting.parameters())
+    shared = model.shared_parameters()
     params_total, params_trainable = count_params(model)
     size_mb = model_size_mb(model)
 
-    history: list[dict] = []
-    timer = measure.StepTimer(device)
-    start_epoch = 1
-    if resume_from is not None:
-        state = torch.load(Path(resume_from) / "state.pt", map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
-        log(f"resumed from {resume_from} at epoch {start_epoch}")
-
     sizes = {t: len(ds) for t, ds in prepared.train.items()}
     n_steps = steps_per_epoch(cfg, sizes)
-    weights = {t: cfg.loss_weight(t) for t in cfg.tasks}
-    gen = torch.Generator(device=device).manual_seed(cfg.train.seed) if cfg.loss.pcgrad else None
+    accum = cfg.train.grad_accum
+    scheduler = make_scheduler(optimizer, cfg, math.ceil(n_steps / accum) * cfg.train.epochs)
+
+    history: list[dict] = []
+    timer = measure.StepTimer(device)
+    start_epoch, flops = 1, 0
+    rng_state = None
+    if resume_from is not None:
+        state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:  # the resumed run continues on the same LR curve
+            scheduler.load_state_dict(state["scheduler"])
+        weighting.load_state_dict(state.get("weighting", {}))
+        history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
+        flops = history[-1].get("train_flops", 0) if history else 0
+        rng_state = state.get("rng")
+        log(f"resumed from {resume_from} at epoch {start_epoch}")
+
+    # Shares of each task's training rows and tokens that max_length cut: reported every
+    # epoch, so a sweep's MLflow runs carry them (epoch/trunc_rows_<task>) like any figure.
+    trunc = {}
+    for t in prepared.truncation():
+        if t.split == "train":
+            trunc.update({f"trunc_rows_{t.task}": t.rows_cut / max(t.rows, 1),
+                          f"trunc_tokens_{t.task}": t.lost_share})
+    # Last before the first step: whatever ran since the seed (model init, data, the frozen
+    # cache) drew from the generators differently on a resume; the steps now draw what they
+    # would have. (PCGrad's own generator is in the weighting method's state.)
+    restore_rng(rng_state)
     measure.reset_peak_memory(device)
     # Checking finiteness needs a host sync; on CPU it is free, on GPU we batch the check.
     check_every = 1 if device.type == "cpu" else 25
     out_dir = Path(output_dir) if output_dir else None
     best = max(history, key=lambda m: m["overall"]) if history else None
+    since_best = len(history) - history.index(best) - 1 if best else 0
 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
+        if cfg.train.patience is not None and since_best >= cfg.train.patience:
+            break  # a resumed run that had already run out of patience
         schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps,
-                                 cfg.train.seed)
+                                 cfg.train.seed, temperature=cfg.sampling.temperature,
+                                 size_cap=cfg.sampling.size_cap)
         iters = {t: TaskBatches(sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
                  for t in cfg.tasks}
         loss_sum = torch.zeros(len(cfg.tasks), device=device)
         loss_cnt = torch.zeros(len(cfg.tasks), device=device)
+        weight_sum = torch.zeros(len(cfg.tasks), device=device)
         recent: list[tuple[int, torch.Tensor, list[str]]] = []
         seqs, pad_tokens, all_tokens = 0, 0, 0
         epoch_t0 = timer.elapsed
         with timer:
             for step, step_tasks in enumerate(schedule, 1):
-                # Collate and pack on the host (padding counts cost no device sync), move once.
-                batches = [collate(prepared.train[t], iters[t].next(), pad_id) for t in step_tasks]
-                packed = pack(batches)
-                real, done = model.layer_positions(packed, device)
+                idx_of = [iters[t].next() for t in step_tasks]
+                batches = [_batch(prepared.train[t], idx, pad_id, cache) for t, idx in zip(step_tasks, idx_of)]
+                # Gradients of `accum` micro-batches add up to one optimizer step; each loss is
+                # scaled by its group's size, so the step sees their mean.
+                group = (step - 1) // accum
+                group_size = min(accum, len(schedule) - group * accum)
+                losses, raws, step_weights, packed = train_step(
+                    model, batches, idx_of, weighting, cfg, shared, autocast, cache, device,
+                    scale=1.0 / group_size)
+                if step == len(schedule) or step % accum == 0:
+                    _update(model, optimizer, scheduler, cfg)
+                real, done = model.layer_positions(packed, device, start)
                 pad_tokens += done - real
                 all_tokens += done
-                packed = packed.to(device)
-                batches = [b.to(device) for b in batches]
-                losses, raws = train_step(model, optimizer, packed, batches, weights, cfg, shared, gen, autocast)
+                flops += model.step_flops(packed, device, start)
                 for b, raw in zip(batches, raws):
                     i = cfg.tasks.index(b.task)
                     loss_sum[i] += raw
                     loss_cnt[i] += 1
+                    weight_sum[i] += step_weights[b.task]
                     seqs += len(b)
                 recent.append((step, losses, step_tasks))
                 if step % check_every == 0 or step == len(schedule):
                     _check_finite(recent, epoch)
                     recent.clear()
+                if progress is not None:
+                    progress.step(epoch, step, len(schedule), seqs, losses)
         epoch_time = timer.elapsed - epoch_t0
 
-        scores = evaluate(model, prepared.dev, cfg, device, pad_id, autocast)
+        scores = evaluate(model, prepared.dev, cfg, device, pad_id, autocast, cache)
         mean_loss = (loss_sum / loss_cnt.clamp(min=1)).tolist()
+        mean_weight, trained = (weight_sum / loss_cnt.clamp(min=1)).tolist(), loss_cnt.tolist()
+        weighting.end_epoch({t: mean_loss[i] for i, t in enumerate(cfg.tasks)})
         m = {"epoch": epoch, **epoch_metrics(scores)}
         m.update({f"loss_{t}": mean_loss[i] for i, t in enumerate(cfg.tasks)})
+        # The weighting method's effective weight of each task, averaged over its steps.
+        m.update({f"weight_{t}": mean_weight[i] for i, t in enumerate(cfg.tasks) if trained[i]})
         m.update(seq_per_s=seqs / max(epoch_time, 1e-9), pad_fraction=pad_tokens / max(all_tokens, 1),
-                 epoch_time_s=epoch_time, train_time_s=timer.elapsed,
+                 epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops,
+                 lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
                  peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
-                 params_total=params_total, params_trainable=params_trainable)
+                 params_total=params_total, params_trainable=params_trainable, **trunc)
         if best is None or m["overall"] > best["overall"]:
-            best = m
+            best, since_best = m, 0
             if out_dir is not None and cfg.train.save_checkpoint:
-                _save_model(model, cfg, out_dir / "best")
+                _save_model(model, cfg, out_dir / "best", tok)
+        else:
+            since_best += 1
         m.update(best_overall=best["overall"], best_epoch=best["epoch"])
         history.append(m)
+        if progress is not None:
+            progress.end_epoch()
         log(_epoch_line(m, cfg))
+        state = None
+        if cfg.train.save_checkpoint and (out_dir is not None or reporter is not None):
+            state = _state(model, optimizer, scheduler, weighting, history, timer.elapsed, epoch)
+        if out_dir is not None and state is not None:
+            _save_state(state, out_dir / "last")
         if reporter is not None:
-            _report(reporter, m, model, optimizer, history, timer.elapsed, epoch, cfg)
+            _report(reporter, m, state, cfg, out_dir / "best" if out_dir is not None else None)
+        if cfg.train.patience is not None and since_best >= cfg.train.patience:
+            log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
+                f"best epoch {best['epoch']}")
+            break
 
     keep = {get_task(t).metric_name for t in cfg.tasks} | {"overall", "overall_cs224n"}
     final = {k: best[k] for k in best if k in keep}
-    final.update(best_epoch=best["epoch"], train_time_s=timer.elapsed,
+    final.update(best_epoch=best["epoch"], train_time_s=timer.elapsed, train_flops=flops,
                  peak_memory_mb=max(h["peak_memory_mb"] for h in history), model_size_mb=size_mb,
-                 params_total=params_total, params_trainable=params_trainable, epochs_run=len(history))
-    result = Result(final, history, to_dict(cfg), [b.summary() for b in prepared.bad_rows if b.total])
+                 params_total=params_total, params_trainable=params_trainable, epochs_run=len(history),
+                 **trunc)
+    result = Result(final, history, to_dict(cfg), prepared.data_report(),
+                    [t.to_dict() for t in prepared.truncation()])
     if out_dir is not None:
         result.save(out_dir / "result.json")
     return result
 
 
-def train_step(model: MultitaskModel, optimizer, packed, batches, weights: dict[str, float], cfg: Config,
-               shared: list, gen, autocast) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """One optimizer step on the packed batches of this step's tasks. Returns the weighted
-    losses (stacked, detached) and the raw per-task losses, all still on the device."""
+def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id: int, device, autocast,
+                  bf16: bool, log) -> tuple[FrozenCache | None, float]:
+    """The frozen-layer cache for this run where it applies and fits (train/frozen.py), and
+    the seconds this run spent computing it (0 when every block was stored already)."""
+    if not frozen_usable(model, cfg):
+        return None, 0.0
+    mb = estimate_mb(model, [*prepared.train.values(), *prepared.dev.values()])
+    if mb > cfg.train.frozen_cache_mb:
+        log(f"frozen layers: not cached ({mb:.0f} MB > train.frozen_cache_mb {cfg.train.frozen_cache_mb}); "
+            "computed at every step")
+        return None, 0.0
+    t0 = time.perf_counter()
+    cache = FrozenCache(model, {"train": prepared.train, "dev": prepared.dev}, pad_id, device, autocast,
+                        "bf16" if bf16 else "fp32", cfg.data.cache_dir, log)
+    return cache, (time.perf_counter() - t0 if cache.built else 0.0)
+
+
+def train_step(model: MultitaskModel, batches: list[Batch], idx_of, weighting: Weighting, cfg: Config,
+               shared: list, autocast, cache: FrozenCache | None, device, scale: float = 1.0
+               ) -> tuple[torch.Tensor, list[torch.Tensor], dict[str, torch.Tensor], Packed]:
+    """Forward and backward of one (micro-)step on the packed batches of this step's tasks;
+    gradients accumulate until _update. Returns the per-task losses (stacked, detached), the
+    raw per-task losses, the weighting method's effective weights (on the device) and the
+    packed layout (for padding and FLOP counts)."""
     with autocast():
-        out = model.from_embeddings(packed, model.embed(packed))
-    losses, raws = [], []
+        out, packed = _forward(model, batches, idx_of, cache, "train", device)
+    losses, raws = {}, []
     for b in batches:
+        b = b.to(device)
         task = get_task(b.task)
         raw = task.loss(out[b.task].float(), b.labels)
-        loss = weights[b.task] * raw
+        loss = raw
         if cfg.loss.smart.weight > 0:
-            loss = loss + weights[b.task] * cfg.loss.smart.weight * smart_term(
-                model, b, task, out[b.task].float(), cfg, autocast)
-        losses.append(loss)
+            loss = loss + cfg.loss.smart.weight * smart_term(model, b, task, out[b.task].float(), cfg, autocast)
+        losses[b.task] = loss
         raws.append(raw.detach())
-    if shared:
-        from mtbert.train.pcgrad import pcgrad_backward
-        pcgrad_backward(losses, shared, generator=gen)
-    else:
-        torch.stack(losses).sum().backward()
+    # `scale` averages the micro-batches of one optimizer step (train.grad_accum).
+    step_weights = weighting.backward({t: l * scale for t, l in losses.items()} if scale != 1.0 else losses,
+                                      shared)
+    return torch.stack([l.detach() for l in losses.values()]), raws, step_weights, packed
+
+
+def _update(model: MultitaskModel, optimizer, scheduler, cfg: Config) -> None:
     if cfg.optim.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
                                        cfg.optim.grad_clip)
     optimizer.step()
+    scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return torch.stack([l.detach() for l in losses]), raws
 
 
 def smart_term(model: MultitaskModel, batch, task, clean: torch.Tensor, cfg: Config, autocast) -> torch.Tensor:
@@ -271,21 +429,41 @@ def _epoch_line(m: dict, cfg: Config) -> str:
             f"| {m['seq_per_s']:.0f} seq/s, pad {m['pad_fraction']:.0%}, train {m['train_time_s']:.1f}s")
 
 
-def _save_model(model, cfg: Config, path: Path) -> None:
+def _save_model(model, cfg: Config, path: Path, tokenizer) -> None:
+    from mtbert.bundle import save_bundle
+
+    save_bundle(path, model, cfg, tokenizer)
+
+
+def _state(model, optimizer, scheduler, weighting: Weighting, history, train_time, epoch: int) -> dict:
+    """Everything a resume needs to continue as if never stopped (mtbert/train/state.py)."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "weighting": weighting.state_dict(), "history": history,
+            "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
+            "sampler": sampler_position(epoch)}
+
+
+def _save_state(state: dict, path: Path) -> None:
+    # Written beside and renamed, so a run killed mid-write keeps the previous epoch's state.
     path.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), path / "model.pt")
-    (path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    tmp = path / f".{STATE_FILE}.tmp"
+    torch.save(state, tmp)
+    tmp.replace(path / STATE_FILE)
 
 
-def _report(reporter: Reporter, m: dict, model, optimizer, history, train_time, epoch, cfg: Config) -> None:
-    if not cfg.train.save_checkpoint:
+def _report(reporter: Reporter, m: dict, state: dict | None, cfg: Config, best_dir: Path | None) -> None:
+    if state is None:
         reporter(dict(m), None)
         return
     tmp = Path(tempfile.mkdtemp(prefix="mtbert-ckpt-"))
     try:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "history": history, "train_time_s": train_time, "epoch": epoch}, tmp / "state.pt")
+        torch.save(state, tmp / STATE_FILE)
         (tmp / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
+        # the driver finds it to log the model to MLflow (a trial's own folder may be on
+        # another node, or in Ray's session folder).
+        if best_dir is not None and best_dir.is_dir():
+            shutil.copytree(best_dir, tmp / "best")
         reporter(dict(m), str(tmp))  # the reporter persists the directory if it wants it
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

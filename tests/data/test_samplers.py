@@ -89,3 +89,20 @@ def test_task_batches_cover_each_pass_and_reshuffle():
     again = TaskBatches(n=10, batch_size=4, seed=3)
     assert [i for _ in range(3) for i in again.next()] == passes[0]
     assert TaskBatches(n=10, batch_size=4, seed=4).next() != passes[0][:4]
+
+
+@pytest.mark.parametrize("temperature,cap", [(1.0, None), (2.0, None), (5.0, None), (2.0, 7000)])
+def test_temperature_sampling_frequencies_match_n_to_the_one_over_t(temperature, cap):
+    capped = {t: min(n, cap) if cap else n for t, n in SIZES.items()}
+    norm = sum(n ** (1 / temperature) for n in capped.values())
+    expected = {t: n ** (1 / temperature) / norm for t, n in capped.items()}
+    assert task_probabilities("temperature", SIZES, 1, EPOCHS, temperature, cap) == pytest.approx(expected)
+    steps = 20_000
+    counts = Counter(s[0] for s in task_schedule("temperature", SIZES, 1, EPOCHS, steps, seed=3,
+                                                 temperature=temperature, size_cap=cap))
+    for task, p in expected.items():
+        assert abs(counts[task] / steps - p) < 4 * math.sqrt(p * (1 - p) / steps), (task, counts[task] / steps, p)
+    if temperature == 1.0:  # T = 1 is proportional sampling
+        assert expected == pytest.approx(task_probabilities("proportional", SIZES, 1, EPOCHS))
+    if cap:  # the cap evens out the two large tasks: sst and para both count 7000
+        assert expected["sst"] == pytest.approx(expected["para"])

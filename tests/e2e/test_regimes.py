@@ -28,6 +28,7 @@ CROSS_BAR = {"overall": 0.28, "sst_acc": 0.3}
     {"loss.pcgrad": True},
     {"loss.smart": {"weight": 0.3, "steps": 1}},
     {"sts.head": "cosine"},
+    {"sts.head": "cosine_mlp"},
     {"sampling.strategy": "annealed", "sampling.steps_per_epoch": 180},  # one task per step
 ], ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
 def test_family_learns(family, tmp_path):

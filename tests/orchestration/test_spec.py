@@ -168,7 +168,10 @@ def test_resume_of_an_unknown_sweep_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(["sweep", "resume", "no-such-sweep"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("mtbert: error: no-such-sweep: not a sweep folder (no mtbert_sweep.json); "
-                   "give the folder under runs/ or its name")
+                   "give the folder or its name under runs/")
+    assert main(["sweep", "resume", "no-such-sweep", "--storage", "elsewhere"]) == 2
+    assert capsys.readouterr().err.strip() == ("mtbert: error: no-such-sweep: not a sweep folder (no "
+                                               "mtbert_sweep.json); give the folder or its name under --storage elsewhere")
     (tmp_path / "runs" / "half").mkdir(parents=True)
     (tmp_path / "runs" / "half" / "mtbert_sweep.json").write_text("{}")
     assert main(["sweep", "resume", "half"]) == 2

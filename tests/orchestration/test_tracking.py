@@ -38,16 +38,15 @@ def report(epoch: int, overall: float, time_per_epoch: float, size: float, best:
 
 def run_trial(tracking: SweepTracking, trial: dict, overalls: list[float], time_per_epoch: float,
               size: float, status: str = "FINISHED", error: str | None = None) -> str:
-    run_id, created = tracking.child(trial, f"id-{trial['key']}")
-    assert created
-    history = {}
+    tracking.start_trial(trial, f"id-{trial['key']}")
     best = (-1.0, 0)
     for epoch, overall in enumerate(overalls, 1):
         if overall > best[0]:
             best = (overall, epoch)
-        history[epoch] = tracking.log_epoch(run_id, report(epoch, overall, time_per_epoch, size, best))
-    tracking.finish(run_id, trial, history, status, error=error)
-    return run_id
+        tracking.log_epoch(trial["key"], report(epoch, overall, time_per_epoch, size, best))
+    tracking.finish(trial, status, error=error)
+    assert tracking.flush()
+    return tracking.live.runs[trial["key"]]
 
 
 @pytest.fixture(scope="module")
@@ -135,24 +134,30 @@ def test_failed_trial_keeps_its_error(swept):
 def test_resumed_trial_continues_its_own_run(swept):
     tracking, trials, ids = swept
     revived = pickle.loads(pickle.dumps(tracking))  # what a restored sweep driver holds
-    run_id, created = revived.child(trials["p000-s0"], "new-trial-id")
-    assert (run_id, created) == (ids["p000-s0"], False)
+    revived.start_trial(trials["p000-s0"], "new-trial-id")
+    assert revived.flush()
+    run_id = revived.live.runs["p000-s0"]
+    assert run_id == ids["p000-s0"]  # found again, not created twice
     assert revived.client.get_run(run_id).data.tags["trial_id"] == "new-trial-id"
-    revived.log_epoch(run_id, report(2, 0.55, 5.0, 1.0, (0.55, 2)))  # the epoch ran again
-    assert revived.history(run_id)[2]["overall"] == 0.55  # the latest value per step wins
+    assert revived.client.get_run(run_id).info.status == "RUNNING"
+    assert revived.history("p000-s0")[3]["overall"] == 0.50  # read back from MLflow
+    revived.log_epoch("p000-s0", report(2, 0.55, 5.0, 1.0, (0.55, 2)))  # the epoch ran again
+    assert revived.history("p000-s0")[2]["overall"] == 0.55  # the latest value per step wins
     keys = [r.data.tags["trial_key"] for r in revived.children()]
     assert len(keys) == len(set(keys)) and "p000-s0" in keys
     # Put the run back as it was (the module's other tests read it), closing it as a resumed
     # trial's end would.
-    revived.log_epoch(run_id, report(2, 0.50, 5.0, 1.0, (0.50, 2)))
-    final = revived.finish(run_id, trials["p000-s0"], revived.history(run_id), "FINISHED")
+    revived.log_epoch("p000-s0", report(2, 0.50, 5.0, 1.0, (0.50, 2)))
+    final = revived.finish(trials["p000-s0"], "FINISHED")
+    assert revived.flush()
     assert final["overall"] == 0.50 and final["best_epoch"] == 2
 
 
 def test_no_run_left_running(swept):
     tracking, trials, _ = swept
     extra = dict(trials["p000-s0"], key="p009-s0", variant="p009")
-    tracking.child(extra, "x")
+    tracking.start_trial(extra, "x")
+    assert tracking.flush()
     assert tracking.close_open_children() == 1
     assert all(r.info.status != "RUNNING" for r in tracking.children())
 
@@ -162,28 +167,32 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     tracking.end_parent("FINISHED")
     text, table, parent = leaderboard(tracking.uri, "exp", fmt="md", plot=tmp_path / "p.png")
     assert parent.info.run_id == tracking.parent_run_id
-    assert list(table["variant"]) == ["baseline", "p000", "p001"]  # baseline pinned, then by overall
+    # baseline pinned, then by overall; the failed and the interrupted trial last, a row each
+    assert list(table["variant"])[:3] == ["baseline", "p000", "p001"]
+    assert sorted(zip(table["variant"][3:], table["status"][3:])) == [("p001", "failed"), ("p009", "interrupted")]
     row = table.set_index("variant").loc["p000"]
     assert row["n"] == 2 and row["overall"] == pytest.approx(0.55)
     assert row["overall_std"] == pytest.approx(math.sqrt(2 * 0.05 ** 2))
-    assert table.set_index("variant").loc["p001"]["n"] == 1  # its failed seed is not averaged in
+    assert table[table["status"] == "finished"].set_index("variant").loc["p001"]["n"] == 1  # failed seed not averaged in
     lines = text.splitlines()
     assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Epoch |")
     assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
     assert "S-I-I k=all" in lines[3] and "0.550 ± 0.071" in lines[3]
     assert "I-S-S k=all †" in lines[4]
+    assert "| I-S-S k=all ✗ (ValueError: boom) |" in text  # a failed trial shows, with its reason
+    assert "| S-I-I k=all ‡ |" in text  # the run test_no_run_left_running closed: interrupted
     csv = render(table, "csv")
     assert csv.splitlines()[0].startswith("variant,role,regime,lr,weights,n")
     latex = render(table, "latex")
     assert r"\begin{tabular}" in latex and r"$\pm$" in latex and "I-I-I k=all*" in latex
     html = render(table, "html")
-    assert html.count("<tr>") == 4 and "±" in html
+    assert html.count("<tr>") == 6 and "±" in html
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "p.png" in [a.path for a in MlflowClient(tracking.uri).list_artifacts(tracking.parent_run_id)]
     by_tm = sort_table(build_table(child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id),
                                    parent.data.tags), "tm_relative_score")
-    assert list(by_tm["variant"]) == ["baseline", "p000", "p001"]
-    assert list(by_tm["tm_relative_score"])[1:] == sorted(by_tm["tm_relative_score"][1:], reverse=True)
+    assert list(by_tm["variant"])[:3] == ["baseline", "p000", "p001"]
+    assert list(by_tm["tm_relative_score"])[1:3] == sorted(by_tm["tm_relative_score"][1:3], reverse=True)
 
 
 def test_leaderboard_errors_are_one_line(swept):

@@ -1,0 +1,150 @@
+"""The real training step against a competent hand-written loop, and its MFU, on MiniLM and
+the CS224N data.
+
+    python bench/recipe.py [--steps 10] [--rounds 3] [--threads 1]
+
+The hand-written loop is what a careful user writes with transformers alone: AutoModel, one
+shared encoder, each task's batch through its own forward (both sides of a pair stacked into
+that forward), padded to the batch's longest row, mean pooling, a linear head per task
+(pairs on [u, v, |u-v|, u*v]), AdamW. It runs in fp32 and under bf16 autocast. The real step
+is mtbert's train step (rows of every task packed into one forward, length buckets) under
+the same two precisions. Arms alternate in rounds; only ratios are stable on a shared machine.
+
+MFU, as nanoGPT prints it: achieved FLOP/s of the step (6 x non-embedding parameters x real
+tokens per second: the useful work; padding computed is waste, not credit) over this core's
+measured bf16 matmul peak (a large square matmul on the same threads).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mtbert.config import build_config
+from mtbert.data.samplers import TaskBatches
+from mtbert.data.tokenize import collate, prepare
+from mtbert.model.multitask import MultitaskModel
+from mtbert.tasks import get_task
+from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
+from mtbert.train.weighting import make_weighting
+
+ROOT = Path(__file__).resolve().parents[1]
+MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
+MINBERT = ROOT / ".." / "shared" / "data" / "minbert"
+RAW = {"model": {"name_or_path": str(MINILM), "max_length": 128}, "sampling": {"strategy": "tuple"},
+       "train": {"batch_size": 16, "device": "cpu"},
+       "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
+                "cache_dir": str(ROOT / ".mtbert_cache")}}
+
+
+def bf16_peak(threads: int, n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of an n x n bf16 matmul on this core(s): the ceiling MFU is read against."""
+    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0)
+
+
+class Arm:
+    def __init__(self, label: str, bf16: bool, prepared, hand: bool):
+        self.label, self.hand = label, hand
+        self.autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else nullcontext
+        self.cfg = build_config(RAW, {"train.precision": "bf16" if bf16 else "fp32"})
+        self.prepared = prepared
+        seed_everything(0)
+        self.iters = {t: TaskBatches(len(ds), 16, seed=0) for t, ds in prepared.train.items()}
+        self.tokens = self.seqs = 0
+        self.seconds = 0.0
+        if hand:
+            from transformers import AutoModel
+            self.encoder = AutoModel.from_pretrained(str(MINILM))
+            h = self.encoder.config.hidden_size
+            self.heads = torch.nn.ModuleDict({t: torch.nn.Linear(4 * h if get_task(t).pair else h,
+                                                                 get_task(t).out_dim) for t in self.cfg.tasks})
+            self.opt = torch.optim.AdamW(list(self.encoder.parameters()) + list(self.heads.parameters()), lr=5e-5)
+            self.encoder.train()
+        else:
+            self.model = MultitaskModel(self.cfg, vocab_size=len(prepared.tokenizer), pad_token_id=0)
+            self.weighting = make_weighting(self.cfg)
+            self.opt = make_optimizer(self.model, self.cfg)
+            self.sched = make_scheduler(self.opt, self.cfg, 10 ** 6)
+            self.shared = self.model.shared_parameters()
+
+    def step(self) -> None:
+        idx = [self.iters[t].next() for t in self.cfg.tasks]
+        batches = [collate(self.prepared.train[t], i, 0) for t, i in zip(self.cfg.tasks, idx)]
+        for b in batches:
+            self.tokens += sum(int(e.attention_mask.sum()) for e in b.inputs)
+            self.seqs += len(b)
+        if not self.hand:
+            train_step(self.model, batches, idx, self.weighting, self.cfg, self.shared, self.autocast,
+                       None, torch.device("cpu"))
+            _update(self.model, self.opt, self.sched, self.cfg)
+            return
+        losses = []
+        for b in batches:
+            width = max(e.input_ids.shape[1] for e in b.inputs)
+            ids = torch.cat([F.pad(e.input_ids, (0, width - e.input_ids.shape[1])) for e in b.inputs])
+            mask = torch.cat([F.pad(e.attention_mask, (0, width - e.attention_mask.shape[1])) for e in b.inputs])
+            with self.autocast():
+                h = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            pooled = (h.float() * m).sum(1) / m.sum(1)
+            if len(b.inputs) == 2:
+                u, v = pooled.chunk(2)
+                pooled = torch.cat([u, v, (u - v).abs(), u * v], -1)
+            losses.append(get_task(b.task).loss(self.heads[b.task](pooled), b.labels))
+        torch.stack(losses).sum().backward()
+        torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def run(self, steps: int) -> None:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        self.seconds += time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    if not MINILM.is_dir() or not MINBERT.is_dir():
+        print("../shared model or data not found: skipped")
+        return
+    torch.set_num_threads(args.threads)
+    prepared = prepare(build_config(RAW), log=None)
+    arms = [Arm("hand fp32", False, prepared, True), Arm("hand bf16", True, prepared, True),
+            Arm("mtbert fp32", False, prepared, False), Arm("mtbert bf16", True, prepared, False)]
+    for arm in arms:
+        arm.run(2)  # warm-up
+        arm.tokens = arm.seqs = 0
+        arm.seconds = 0.0
+    for _ in range(args.rounds):
+        for arm in arms:
+            arm.run(args.steps)
+    peak = bf16_peak(args.threads)
+    enc = arms[2].model
+    params = enc.layer_params() * enc.num_layers  # non-embedding parameters of the encoder
+    print(f"MiniLM, CS224N data, batch 16 per task, tuple sampling, {args.threads} thread(s); "
+          f"bf16 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    rate = {a.label: a.seqs / a.seconds for a in arms}
+    for a in arms:
+        mfu = 6 * params * a.tokens / a.seconds / peak
+        print(f"  {a.label:<12} {rate[a.label]:7.1f} seq/s   MFU {mfu:5.1%}")
+    print(f"  mtbert bf16 vs hand fp32: {rate['mtbert bf16'] / rate['hand fp32']:.2f}x   "
+          f"vs hand bf16: {rate['mtbert bf16'] / rate['hand bf16']:.2f}x   "
+          f"mtbert fp32 vs hand fp32: {rate['mtbert fp32'] / rate['hand fp32']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

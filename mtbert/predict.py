@@ -1,0 +1,101 @@
+"""`mtbert predict`: a model bundle over a split's files -> one prediction file per task.
+
+The files follow the CS224N hand-in layout (what its `multitask_classifier.py` writes): a
+header `id \t Predicted_<what>`, then one `<id> , <prediction>` line per example, in file
+order; the prediction is a class (sst), 0/1 (para) or a similarity on 0..5 (sts). When the
+split has labels the scores are computed too, the way the training loop computes them, so
+`--split dev` reproduces the run's dev scores (on the same examples: `data.max_dev_examples`
+applies as it did in the run).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+# CS224N names: file stem and header column per task (its spelling kept, "Similiarity").
+CS224N_OUTPUT = {"sst": ("sst", "Predicted_Sentiment"), "para": ("para", "Predicted_Is_Paraphrase"),
+                 "sts": ("sts", "Predicted_Similiarity")}
+
+
+@dataclass
+class TaskPredictions:
+    task: str
+    file: Path  # the prediction file written
+    source: str  # the split file read
+    rows: int
+    score: float | None  # None when the split has no labels
+
+
+def _examples(cfg, task: str, split: str):
+    from mtbert.data.readers import _cap, read_split
+    from mtbert.data.types import Example
+
+    if cfg.data.source == "synthetic":
+        if split == "test":
+            raise ValueError("data.source: synthetic has no test split; predict --split dev, or point "
+                             "the config at files (--set data.source=cs224n --set data.dir=...)")
+        from mtbert.data.readers import load_splits
+
+        dev = load_splits(cfg)[0][task][1]
+        # Synthetic rows have no file: their position is their id.
+        return [Example(e.text, e.text2, e.label, str(i)) for i, e in enumerate(dev)], "synthetic dev"
+    examples, bad = read_split(cfg, task, split)
+    if split == "dev":
+        examples = _cap(examples, cfg.data.max_dev_examples, "data.max_dev_examples")
+    return examples, bad.file
+
+
+def _format(task, value: float) -> str:
+    if task.kind == "regression":
+        return f"{value:.4f}"
+    return str(int(value))
+
+
+def predict_split(bundle, split: str, output: str | Path,
+                  log: Callable[[str], None] = print) -> list[TaskPredictions]:
+    from mtbert.tasks import get_task
+
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    done = []
+    for name in bundle.tasks:
+        task = get_task(name)
+        examples, source = _examples(bundle.config, name, split)
+        ds = bundle.encode(name, examples)
+        sorted_preds, order = bundle.predict_dataset(ds)
+        labelled = all(e.label is not None for e in examples)
+        score = None
+        if labelled:
+            labels = ds.labels[torch.as_tensor(order, dtype=torch.long)].to(sorted_preds.device)
+            score = task.score(sorted_preds, labels)
+        preds = [None] * len(order)
+        for value, i in zip(sorted_preds.cpu().tolist(), order):
+            preds[i] = value
+        stem, column = CS224N_OUTPUT.get(name, (name, f"Predicted_{task.metric_name}"))
+        path = output / f"{stem}-{split}-output.csv"
+        with path.open("w") as f:
+            f.write(f"id \t {column} \n")
+            for example, value in zip(examples, preds):
+                f.write(f"{example.id} , {_format(task, value)} \n")
+        done.append(TaskPredictions(name, path, str(source), len(examples), score))
+        shown = f"{task.metric_name}={score:.4f}" if score is not None else "no labels, not scored"
+        log(f"{name}: {len(examples)} predictions -> {path} ({shown})")
+    scores = {p.task: p.score for p in done if p.score is not None}
+    if scores:
+        import json
+
+        # Full precision: the printed figures are rounded, these compare exactly with a run's.
+        (output / f"scores-{split}.json").write_text(json.dumps(scores, indent=2))
+    return done
+
+
+def read_predictions(path: str | Path) -> list[tuple[str, float]]:
+    """(id, prediction) pairs of a prediction file (tests and scoring scripts read them back)."""
+    rows = []
+    for line in Path(path).read_text().splitlines()[1:]:
+        ident, _, value = line.partition(",")
+        rows.append((ident.strip(), float(value)))
+    return rows

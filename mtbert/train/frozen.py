@@ -1,0 +1,184 @@
+"""Frozen layers computed once.
+
+With `freeze.layers: n` the embeddings and the first n encoder layers never change, and they
+run in eval mode (no dropout; MultitaskModel._freeze), so their output for an example is a
+fixed function of its tokens. Computing it at every step of every epoch of every trial is
+most of the work of a partly frozen run and all of it for a head-only one. This module
+computes each example's output once, stores it under `data.cache_dir`, and serves batches
+of it in place of the embeddings:
+
+- n < L: the hidden states after layer n, one (length, hidden) block per sequence; training
+  runs layers n+1..L on them.
+- n = L (the whole encoder frozen): one vector per sequence, the pooling's input (the mean of
+  the token states for `mean` pooling, the first token's state for `cls` and `pooler`);
+  training runs only the pooler (if any) and the heads.
+
+A stored block is keyed by everything that decides it: the tokenized sequences, n, the
+pooling (n = L), the autocast precision and a digest of the frozen weights themselves (so a
+tiny random-init encoder, whose weights follow the seed, gets its own entry per seed).
+Trials of a sweep that share them read the same file, memory-mapped, so the page cache holds
+it once for every trial process on the machine. PALs add a trainable term inside every layer
+and SMART perturbs the embeddings: with either, nothing below them is fixed and the cache
+is off.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mtbert.data.tokenize import TaskDataset, _atomic_write, collate
+from mtbert.data.types import Batch
+from mtbert.model.multitask import MultitaskModel, Packed, _additive_mask
+
+CACHE_VERSION = 1
+
+
+@dataclass
+class Side:
+    """One side of one dataset: every sequence's block, stacked."""
+    flat: torch.Tensor  # (total rows of all blocks, hidden) float32
+    offsets: torch.Tensor  # (N,) start of sequence i in flat
+    lengths: torch.Tensor  # (N,) rows of sequence i's block (1 for a vector)
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T, hidden) blocks of sequences `idx`, zero-padded to the longest, and their mask."""
+        lengths = self.lengths[idx]
+        steps = torch.arange(int(lengths.max()))
+        mask = steps[None, :] < lengths[:, None]
+        pos = (self.offsets[idx][:, None] + steps[None, :]).clamp_(max=self.flat.shape[0] - 1)
+        h = self.flat[pos] * mask[..., None]
+        return h, mask.long()
+
+
+def _digest_params(modules: Sequence[torch.nn.Module]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for m in modules:
+        for name, t in m.state_dict().items():
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _digest_side(ds: TaskDataset, side: int) -> str:
+    p = ds.packed[side]
+    h = hashlib.blake2b(digest_size=16)
+    for t in (p.ids, p.types, p.lengths):
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def estimate_mb(model: MultitaskModel, datasets: Sequence[TaskDataset]) -> float:
+    """Size of the float32 blocks for these datasets."""
+    vector = model.frozen_depth == model.num_layers
+    rows = sum(len(ds) if vector else int(p.lengths.sum()) for ds in datasets for p in ds.packed)
+    return rows * model.hf_config.hidden_size * 4 / 2**20
+
+
+@torch.no_grad()
+def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int, device,
+                 autocast, batch_size: int = 64) -> Side:
+    """The frozen bottom's output for every sequence of one side, in the dataset's order."""
+    depth, vector = model.frozen_depth, model.frozen_depth == model.num_layers
+    lengths = ds.packed[side].lengths
+    order = sorted(range(len(ds)), key=lambda i: int(lengths[i]))  # little padding per batch
+    blocks: list[torch.Tensor | None] = [None] * len(ds)
+    was_training = model.training
+    model.eval()
+    for at in range(0, len(order), batch_size):
+        idx = order[at:at + batch_size]
+        enc = collate(ds, idx, pad_id).inputs[side].to(device)
+        with autocast():
+            h = model.embeddings(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids)
+            mask4 = _additive_mask(enc.attention_mask, h.dtype)
+            for i in range(depth):
+                out = model.layer(i)(h, mask4)
+                h = out[0] if isinstance(out, tuple) else out
+        h = h.float()
+        if vector:  # the pooling's input: what _pool reduces the token states to
+            if model.pooling == "mean":
+                m = enc.attention_mask.unsqueeze(-1).to(h.dtype)
+                h = ((h * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None]
+            else:
+                h = h[:, :1]
+        n_rows = enc.attention_mask.sum(1).tolist()
+        for j, i in enumerate(idx):
+            blocks[i] = h[j, : (1 if vector else n_rows[j])].cpu()
+    model.train(was_training)
+    block_lengths = torch.tensor([b.shape[0] for b in blocks], dtype=torch.long)
+    offsets = torch.cumsum(block_lengths, 0) - block_lengths
+    return Side(torch.cat(blocks).contiguous(), offsets, block_lengths)
+
+
+class FrozenCache:
+    """Stored frozen-layer outputs for every task, split and side of a run's data."""
+
+    def __init__(self, model: MultitaskModel, splits: dict[str, dict[str, TaskDataset]], pad_id: int,
+                 device, autocast, precision: str, cache_dir: str | Path,
+                 log: Callable[[str], None] = lambda _m: None):
+        self.model, self.device = model, device
+        self.start = model.frozen_depth
+        frozen = [model.embeddings] + [model.layer(i) for i in range(self.start)]
+        weights = _digest_params(frozen)
+        pooling = model.pooling if self.start == model.num_layers else "-"
+        self.sides: dict[tuple[str, str], list[Side]] = {}
+        cache_dir = Path(cache_dir)
+        self.built = 0
+        for split, datasets in splits.items():
+            for task, ds in datasets.items():
+                sides = []
+                for s in range(len(ds.packed)):
+                    key = hashlib.blake2b(f"v{CACHE_VERSION}|{weights}|{self.start}|{pooling}|{precision}|"
+                                          f"{_digest_side(ds, s)}".encode(), digest_size=12).hexdigest()
+                    path = cache_dir / f"frozen-{task}-{split}-{s}-{key}.pt"
+                    side = _load(path)
+                    if side is None:
+                        side = compute_side(model, ds, s, pad_id, device, autocast)
+                        _atomic_write(path, lambda tmp, side=side: torch.save(
+                            {"flat": side.flat, "lengths": side.lengths}, tmp))
+                        self.built += 1
+                    sides.append(side)
+                self.sides[(split, task)] = sides
+        log(f"frozen layers: embeddings + {self.start} of {model.num_layers} encoder layers "
+            f"{'computed once' if self.built else 'read from the cache'} "
+            f"({sum(s.flat.numel() for v in self.sides.values() for s in v) * 4 / 2**20:.0f} MB)")
+
+    def pack(self, split: str, batches: Sequence[tuple[Batch, torch.Tensor]]) -> tuple[Packed, torch.Tensor]:
+        """The Packed layout of `batches` (each with its example indices) and the stored
+        frozen output of its rows, (rows, width, hidden), ready for encode(start=self.start)."""
+        blocks = [(b.task, s, *side.gather(idx))
+                  for b, idx in batches for s, side in enumerate(self.sides[(split, b.task)])]
+        width = max(h.shape[1] for _, _, h, _ in blocks)
+        rows = sum(h.shape[0] for _, _, h, _ in blocks)
+        hidden = blocks[0][2].shape[2]
+        h_all = torch.zeros(rows, width, hidden)
+        mask = torch.zeros(rows, width, dtype=torch.long)
+        segments, lengths, at = [], [], 0
+        for task, s, h, m in blocks:
+            n, t = m.shape
+            h_all[at:at + n, :t] = h
+            mask[at:at + n, :t] = m
+            segments.append((task, s, at, at + n))
+            lengths += m.sum(1).tolist()
+            at += n
+        ids = torch.zeros_like(mask)  # the embeddings are not run: ids are never read
+        return Packed(ids, mask, ids, segments, lengths), h_all
+
+
+def _load(path: Path) -> Side | None:
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, weights_only=True, mmap=True)
+        lengths = state["lengths"]
+        return Side(state["flat"], torch.cumsum(lengths, 0) - lengths, lengths)
+    except Exception:  # a truncated or foreign file is a miss, not an error
+        return None
+
+
+def usable(model: MultitaskModel, cfg) -> bool:
+    """Whether this run can use the cache at all (see the module docstring)."""
+    return (cfg.train.frozen_cache_mb > 0 and model.cache_safe() and cfg.loss.smart.weight == 0)

@@ -1,0 +1,86 @@
+"""GradNorm (Chen, Badrinarayanan, Lee and Rabinovich 2018, "GradNorm: gradient normalization
+for adaptive loss balancing in deep multitask networks", section 3).
+
+Weights w_i (start 1) multiply the task losses; the network steps along sum_i w_i L_i. After
+each step the weights follow the gradient of
+
+    L_grad = sum_i | G_i - mean_j(G_j) * r_i^alpha |,   G_i = || d(w_i L_i) / dW ||,
+    r_i = (L_i / L_i(0)) / mean_j(L_j / L_j(0))
+
+with the target mean_j(G_j) r_i^alpha held constant, W the last shared layer, and are then
+renormalised to sum to the number of tasks. G_i = w_i ||dL_i/dW||, so dL_grad/dw_i needs no
+second-order graph: the only extra work is one gradient per task on W.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mtbert.train.pcgrad import _graph_leaves
+from mtbert.train.weighting.base import Weighting, WeightingError
+
+# Adam may push a weight through zero; a floor keeps every task in the loss (and the
+# weights positive, as the paper's renormalisation assumes).
+MIN_WEIGHT = 1e-3
+
+
+class GradNorm(Weighting):
+    name = "gradnorm"
+    needs_every_task = True
+
+    def __init__(self, cfg, device):
+        super().__init__(cfg, device)
+        self.alpha = cfg.loss.gradnorm.alpha
+        self.weights = nn.Parameter(torch.ones(len(self.tasks), device=device))
+        # The weights have their own optimizer: the model's (a BERT fine-tuning rate, ~1e-5)
+        # would barely move them.
+        self.optimizer = torch.optim.Adam([self.weights], lr=cfg.loss.gradnorm.lr)
+        self.initial_losses: torch.Tensor | None = None
+        self._layer: int | None = None  # index into `shared` of W
+
+    def last_shared_layer(self, losses: list[torch.Tensor], shared: list[nn.Parameter]) -> nn.Parameter:
+        """W: the last weight matrix in `shared` (the model lists them bottom to top) that every
+        task's loss reaches. Chosen once: the graph's shape does not change between steps."""
+        if self._layer is None:
+            reached = [{id(p) for p in _graph_leaves([loss])} for loss in losses]
+            candidates = [i for i, p in enumerate(shared) if p.ndim >= 2 and all(id(p) in r for r in reached)]
+            if not candidates:
+                raise WeightingError("loss.weighting: gradnorm needs a trainable shared weight matrix that every "
+                                     "task uses (the encoder is frozen or not shared); choose another method")
+            self._layer = candidates[-1]
+        return shared[self._layer]
+
+    def backward(self, losses, shared):
+        if list(losses) != self.tasks:
+            raise WeightingError(f"gradnorm: expected a loss for each of {self.tasks} in this step, "
+                                 f"got {list(losses)}")
+        stacked = torch.stack(list(losses.values()))
+        layer = self.last_shared_layer(list(losses.values()), shared)
+        norms = torch.stack([torch.autograd.grad(loss, layer, retain_graph=True)[0].norm()
+                             for loss in losses.values()]).detach()
+        w = self.weights.detach().clone()
+        (w * stacked).sum().backward()
+
+        values = stacked.detach()
+        if self.initial_losses is None:
+            self.initial_losses = values.clone().clamp_min(torch.finfo(values.dtype).tiny)
+        ratios = values / self.initial_losses
+        target = ((self.weights.detach() * norms).mean() * (ratios / ratios.mean()) ** self.alpha).detach()
+        grad_loss = (self.weights * norms - target).abs().sum()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.weights.grad = torch.autograd.grad(grad_loss, self.weights)[0]
+        self.optimizer.step()
+        with torch.no_grad():
+            self.weights.clamp_(min=MIN_WEIGHT)
+            self.weights.mul_(len(self.tasks) / self.weights.sum())
+        return dict(zip(losses, w))
+
+    def state_dict(self):
+        return {"weights": self.weights.detach().clone(), "optimizer": self.optimizer.state_dict(),
+                "initial_losses": self.initial_losses}
+
+    def load_state_dict(self, state):
+        with torch.no_grad():
+            self.weights.copy_(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.initial_losses = state["initial_losses"]

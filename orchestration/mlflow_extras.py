@@ -1,0 +1,362 @@
+"""What makes a sweep's MLflow readable by a person, beyond params and metrics.
+
+- The experiment's kind: MLflow 3's UI opens an experiment on its GenAI overview ("Traces
+  0") unless the experiment tag `mlflow.experimentKind` says `custom_model_development`
+  (the values are the UI's ExperimentKind enum); with it, the runs table opens.
+- The run's source (`mlflow.source.name` = the sweep file, the git commit) for the Source column.
+- Every trial's training and dev data as MLflow dataset inputs, the tokenization-cache key as
+  digest (the same key names the cached file under data.cache_dir), so the Dataset column
+  says which data a row was trained on; the data report (rows and bad-row summaries per
+  file) as an artifact and a `bad_rows` tag.
+- System metrics (CPU, memory, GPU when present) sampled in the trial process, logged per
+  epoch under MLflow's own `system/` names, so the run page's System metrics tab fills.
+- The model: the best trial's bundle (or every trial's, opt-in) logged to its child run as
+  an MLflow pyfunc model that takes text and returns each task's prediction, and registered
+  in the Model Registry when `tracking.register_model` names it.
+
+Nothing here decides a figure; each piece is called from one marked line in tracking.py,
+trainable.py or launch.py. Run writes go through the tracking's queue (orchestration/outbox.py)
+except the model upload, which MLflow's own client makes at the sweep's end, guarded there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI's "model training" kind
+SYSTEM_PREFIX = "system/"  # MLflow's prefix for system metrics (its System metrics tab)
+MODEL_NAME = "model"  # the logged model's name in its run
+
+
+# --------------------------------------------------------------------------- experiment, source
+
+def mark_experiment(client, experiment_id: str) -> None:
+    """Tag the experiment as model training unless someone already chose its kind."""
+    experiment = client.get_experiment(experiment_id)
+    if EXPERIMENT_KIND_TAG not in (experiment.tags or {}):
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+def source_tags(sweep_file: str | None, commit: str | None) -> dict[str, str]:
+    tags = {"mlflow.source.type": "LOCAL"}
+    if sweep_file:
+        tags["mlflow.source.name"] = str(sweep_file)
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+# --------------------------------------------------------------------------- data
+
+_DATA_MEMO: dict[str, dict] = {}
+
+
+def data_summary(config: dict[str, Any]) -> dict:
+    """Per task and split: rows, source, tokenization-cache key; and the bad-row summaries.
+    Memoized per data setup: the trials of a sweep share a handful."""
+    from mtbert.config import build_config, flatten
+    from mtbert.data.readers import load_splits
+    from mtbert.data.tokenize import cache_key, get_tokenizer, tokenizer_fingerprint
+    from mtbert.tasks import get_task
+
+    data_keys = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
+    signature = json.dumps({k: v for k, v in flatten(config).items() if k.startswith(data_keys)},
+                           sort_keys=True, default=str)
+    if signature in _DATA_MEMO:
+        return _DATA_MEMO[signature]
+    cfg = build_config(config)
+    splits, bad_rows = load_splits(cfg)
+    texts = [t for train, _ in splits.values() for e in train for t in (e.text, e.text2) if t]
+    fingerprint = tokenizer_fingerprint(get_tokenizer(cfg, texts))
+    files = {b.file: b for b in bad_rows}
+    datasets = []
+    for name, (train, dev) in splits.items():
+        task = get_task(name)
+        for split, examples in (("train", train), ("dev", dev)):
+            key = cache_key(fingerprint, examples, task, cfg.pairs.encoding, cfg.model.max_length)
+            source = _source(cfg, task, split)
+            bad = files.get(source.get("uri", ""))
+            datasets.append({"name": f"{name}-{split}", "task": name, "split": split, "rows": len(examples),
+                             "digest": key[:24], "source": source,
+                             "bad_rows": bad.total if bad is not None else 0})
+    summary = {"datasets": datasets, "bad_rows": [b.summary() for b in bad_rows],
+               "bad_total": sum(b.total for b in bad_rows)}
+    _DATA_MEMO[signature] = summary
+    return summary
+
+
+def _source(cfg, task, split: str) -> dict:
+    if cfg.data.source == "synthetic":
+        return {"generator": "mtbert.data.synthetic", "seed": cfg.data.synthetic.seed,
+                "size": getattr(cfg.data.synthetic, f"{split}_size")}
+    from mtbert.data.readers import _split_file
+
+    return {"uri": str(_split_file(cfg, task, split)[0])}
+
+
+def data_report(summary: dict) -> str:
+    lines = ["dataset\trows\tbad rows\tdigest (tokenization cache key)\tsource"]
+    for d in summary["datasets"]:
+        lines.append(f"{d['name']}\t{d['rows']}\t{d['bad_rows']}\t{d['digest']}\t"
+                     f"{d['source'].get('uri') or json.dumps(d['source'])}")
+    lines += ["", "bad rows:"] + [f"  {s}" for s in summary["bad_rows"]] if summary["bad_rows"] else []
+    return "\n".join(lines) + "\n"
+
+
+def log_data(client, run_id: str, config: dict[str, Any]) -> None:
+    """Dataset inputs (train: context training, dev: eval), the data report, a bad_rows tag."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    summary = data_summary(config)
+    inputs = []
+    for d in summary["datasets"]:
+        source_type = "local" if "uri" in d["source"] else "code"
+        profile = json.dumps({"num_rows": d["rows"], "bad_rows": d["bad_rows"]})
+        dataset = Dataset(d["name"], d["digest"], source_type, json.dumps(d["source"]), profile=profile)
+        context = "training" if d["split"] == "train" else "eval"
+        inputs.append(DatasetInput(dataset, [InputTag("mlflow.data.context", context)]))
+    client.log_inputs(run_id, datasets=inputs)
+    client.log_text(run_id, data_report(summary), "data_report.txt")
+    client.set_tag(run_id, "bad_rows", str(summary["bad_total"]))
+
+
+def describe_run(client, run_id: str, config: dict[str, Any]) -> None:
+    """One queued write (tracking.py's "describe"): the run's data. Reading the data failing
+    costs the run its description only (noted on it); the store failing raises, so the
+    outbox retries the write like any other."""
+    try:
+        data_summary(config)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        client.set_tag(run_id, "data_report_error", f"{type(exc).__name__}: {exc}"[:500])
+        return
+    log_data(client, run_id, config)
+
+
+# --------------------------------------------------------------------------- system metrics
+
+class SystemSampler:
+    """CPU, memory and GPU figures of the trial process and its machine, read from /proc and
+    torch (no psutil needed), named as MLflow's own system metrics."""
+
+    def __init__(self):
+        self._wall = time.monotonic()
+        self._cpu = self._process_cpu()
+        self._stat = self._proc_stat()
+
+    @staticmethod
+    def _process_cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    @staticmethod
+    def _proc_stat() -> tuple[int, int] | None:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def sample(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        wall, cpu, stat = time.monotonic(), self._process_cpu(), self._proc_stat()
+        if wall > self._wall:
+            out["process_cpu_utilization_percentage"] = 100.0 * (cpu - self._cpu) / (wall - self._wall)
+        if stat and self._stat and stat[0] > self._stat[0]:
+            busy = (stat[0] - self._stat[0]) - (stat[1] - self._stat[1])
+            out["cpu_utilization_percentage"] = 100.0 * busy / (stat[0] - self._stat[0])
+        self._wall, self._cpu, self._stat = wall, cpu, stat
+        try:
+            info = {line.split(":")[0]: int(line.split()[1]) for line in
+                    Path("/proc/meminfo").read_text().splitlines() if line.split()[1:2]}
+            used = info["MemTotal"] - info["MemAvailable"]
+            out["system_memory_usage_megabytes"] = used / 1024
+            out["system_memory_usage_percentage"] = 100.0 * used / info["MemTotal"]
+        except (OSError, KeyError, ValueError, IndexError):
+            pass
+        try:
+            pages = int(Path("/proc/self/statm").read_text().split()[1])
+            out["process_memory_rss_megabytes"] = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+        except (OSError, ValueError, IndexError):
+            pass
+        out.update(self._gpu())
+        return {SYSTEM_PREFIX + k: float(v) for k, v in out.items()}
+
+    @staticmethod
+    def _gpu() -> dict[str, float]:
+        import torch
+
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return {}
+        out = {}
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            out[f"gpu_{i}_memory_usage_megabytes"] = (total - free) / 2**20
+            out[f"gpu_{i}_memory_usage_percentage"] = 100.0 * (total - free) / total
+            try:
+                out[f"gpu_{i}_utilization_percentage"] = float(torch.cuda.utilization(i))
+            except Exception:  # noqa: BLE001 - needs NVML; memory alone is still worth logging
+                pass
+        return out
+
+
+# --------------------------------------------------------------------------- models
+
+def _pyfunc_class():
+    """Defined on first use: mlflow.pyfunc is imported only where a model is logged."""
+    import mlflow.pyfunc
+
+    class MtbertModel(mlflow.pyfunc.PythonModel):
+        """Input: a DataFrame with `text` (and `text2` for the pair tasks). Output: one column
+        per task: the sst class, the para 0/1, the sts similarity 0..5 (NaN where a pair
+        task has no text2)."""
+
+        def load_context(self, context):
+            from mtbert.bundle import load_model
+
+            self.bundle = load_model(context.artifacts["bundle"])
+
+        def predict(self, context, model_input, params=None):
+            import pandas as pd
+
+            from mtbert.tasks import get_task
+
+            texts = [str(t) for t in model_input["text"]]
+            second = model_input["text2"] if "text2" in model_input else [None] * len(texts)
+            pairs = [i for i, t in enumerate(second) if isinstance(t, str) and t]
+            out = {}
+            for task in self.bundle.tasks:
+                if not get_task(task).pair:
+                    out[task] = self.bundle.predict(task, texts)
+                    continue
+                column = [float("nan")] * len(texts)
+                got = self.bundle.predict(task, [texts[i] for i in pairs], [second[i] for i in pairs])
+                for i, value in zip(pairs, got):
+                    column[i] = value
+                out[task] = column
+            return pd.DataFrame(out)
+
+    return MtbertModel
+
+
+def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str | None = None) -> str:
+    """Log a bundle folder to a finished run as a pyfunc model (optionally registered);
+    returns the model URI. The run keeps its status and end time."""
+    import mlflow
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    import mtbert
+
+    import logging
+    import shutil
+    import warnings
+
+    client = MlflowClient(uri)
+    before = client.get_run(run_id).info
+    previous_uri = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    quiet = logging.getLogger("mlflow")
+    level = quiet.level
+    try:
+        example = pd.DataFrame({"text": ["a wonderful film"], "text2": ["a great movie"]})
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            # MLflow's advice on type hints, cloudpickle and integer columns, and its
+            # download bars, would fill the sweep's console; the model is checked by loading it.
+            warnings.simplefilter("ignore")
+            quiet.setLevel(logging.ERROR)
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            # The code that defines the model travels with it, so it loads where mtbert is not
+            # installed; compiled caches stay behind.
+            code = Path(tmp) / "mtbert"
+            shutil.copytree(Path(mtbert.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
+            with mlflow.start_run(run_id=run_id):
+                info = mlflow.pyfunc.log_model(
+                    name=MODEL_NAME, python_model=_pyfunc_class()(), artifacts={"bundle": str(bundle_dir)},
+                    code_paths=[str(code)], pip_requirements=_requirements(), input_example=example,
+                    registered_model_name=register_as)
+    finally:
+        quiet.setLevel(level)
+        mlflow.set_tracking_uri(previous_uri)
+        if before.status != "RUNNING":
+            client.set_terminated(run_id, status=before.status, end_time=before.end_time)
+    return info.model_uri
+
+
+def _requirements() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("torch", "transformers", "tokenizers", "numpy", "pandas", "pyyaml"):
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(name)
+    return out
+
+
+def bundle_dir_of(checkpoint_dir: str | Path) -> Path | None:
+    """The best epoch's bundle inside a trial's checkpoint (train() puts it there)."""
+    path = Path(checkpoint_dir) / "best"
+    return path if (path / "model.pt").is_file() else None
+
+
+def log_models(tracking, results, which: str, register_as: str | None,
+               log=print, runs: list | None = None) -> list[tuple[str, str]]:
+    """After a sweep: the best finished trial's bundle (which='best') or every trial's
+    ('all') logged to its child run; (trial_key, model URI) for each one logged.
+    `runs`: the sweep's child runs as the driver last read them (else read here)."""
+    if which == "none" or results is None:
+        return []
+    by_key = {}
+    for result in results:
+        key = (result.config or {}).get("key")
+        if key and result.checkpoint is not None:
+            by_key[key] = result.checkpoint
+    runs = [r for r in (tracking.children() if runs is None else runs) if r.info.status == "FINISHED" and "overall" in r.data.metrics]
+    runs = sorted(runs, key=lambda r: -r.data.metrics["overall"])
+    if which == "best":
+        runs = runs[:1]
+    done = []
+    for run in runs:
+        key = run.data.tags.get("trial_key")
+        checkpoint = by_key.get(key)
+        if checkpoint is None or run.data.tags.get("model_uri"):  # a resumed sweep logs once
+            continue
+        with checkpoint.as_directory() as folder:
+            bundle = bundle_dir_of(folder)
+            if bundle is None:
+                continue
+            name = register_as if run is runs[0] else None  # the registry gets the best only
+            model_uri = log_bundle(tracking.uri, run.info.run_id, bundle, name)
+        tracking._put({"do": "log", "ref": key, "tags": [["model_uri", model_uri]]})
+        done.append((key, model_uri))
+        log(f"model: {key} logged to its run as {model_uri}"
+            + (f", registered as '{register_as}'" if name else ""))
+    return done
+
+
+def bundle_size_mb(bundle_dir: str | Path) -> float:
+    return sum(p.stat().st_size for p in Path(bundle_dir).rglob("*") if p.is_file()) / 2**20
+
+
+__all__ = ["mark_experiment", "source_tags", "log_data", "SystemSampler", "log_models", "log_bundle"]
+
+
+def ui_link(base: str, experiment_id: str) -> str:
+    """The experiment's runs table. MLflow 3.17's UI picks its view from a `workflowType`
+    URL parameter (else the browser's last choice, GenAI by default), not from the
+    experiment tag, so the link carries it."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def describe_parent(tracking, base_config: dict[str, Any]) -> None:
+    """The sweep's data as dataset inputs of the parent run too (its Dataset column), queued."""
+    from orchestration.tracking import PARENT
+
+    tracking._put({"do": "describe", "ref": PARENT, "config": base_config})

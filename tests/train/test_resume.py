@@ -1,0 +1,138 @@
+"""Exact resume: a run stopped after an epoch and resumed ends with the very figures of an
+uninterrupted run (CPU, fixed seed): equality, not a tolerance."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtbert.config import build_config
+from mtbert.train.loop import train
+from mtbert.train.state import STATE_FILE
+
+# Dropout everywhere (encoder and heads) and random task draws: the RNG states matter.
+SMALL = {"sampling.strategy": "proportional", "sampling.steps_per_epoch": 6, "train.epochs": 3,
+         "data.synthetic.train_size": 120, "data.synthetic.dev_size": 40, "train.device": "cpu",
+         "heads.dropout": 0.3, "model.max_length": 32, "train.batch_size": 8}
+# Per-epoch figures that depend on the training draws (timings and memory do not repeat).
+def figures(result) -> list[dict]:
+    keep = ("epoch", "sst_acc", "para_acc", "sts_corr", "overall", "loss_sst", "loss_para", "loss_sts",
+            "best_epoch", "pad_fraction")
+    return [{k: e[k] for k in keep} for e in result.epochs]
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    return build_config({}, {**SMALL, "data.cache_dir": str(tmp_path_factory.mktemp("cache"))})
+
+
+@pytest.fixture(scope="module")
+def straight(cfg):
+    return train(cfg, log=None)
+
+
+def _stopped_after_first_epoch(cfg, output_dir=None) -> Path:
+    """Train until epoch 1 is reported, then stop as a killed trial would; returns a copy of
+    the checkpoint folder the reporter was handed (what Tune persists for a sweep trial)."""
+    kept = Path(str(output_dir or "") + "-ckpt") if output_dir else None
+
+    def reporter(metrics, checkpoint_dir):
+        if metrics["epoch"] == 1:
+            if kept is not None:
+                shutil.copytree(checkpoint_dir, kept)
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train(cfg, reporter=reporter, output_dir=output_dir, log=None)
+    return kept
+
+
+@pytest.fixture(scope="module")
+def checkpoint(cfg, tmp_path_factory):
+    return _stopped_after_first_epoch(cfg, tmp_path_factory.mktemp("trial") / "out")
+
+
+def test_sweep_trial_resumed_from_its_checkpoint_equals_straight_run(cfg, straight, checkpoint, tmp_path):
+    ckpt = Path(shutil.copytree(checkpoint, tmp_path / "ckpt"))
+    assert torch.load(ckpt / STATE_FILE, weights_only=False)["rng"]  # what makes it exact
+    resumed = train(cfg, reporter=lambda m, c: None, resume_from=ckpt, log=None)
+    assert figures(resumed) == figures(straight)
+    assert {k: v for k, v in resumed.metrics.items() if "time" not in k and "memory" not in k} == \
+           {k: v for k, v in straight.metrics.items() if "time" not in k and "memory" not in k}
+
+
+def test_without_the_rng_states_the_resumed_run_differs(cfg, straight, checkpoint, tmp_path):
+    """The guard on the test above: the same resume, RNG states dropped, drifts."""
+    ckpt = Path(shutil.copytree(checkpoint, tmp_path / "ckpt"))
+    state = torch.load(ckpt / STATE_FILE, weights_only=False)
+    del state["rng"]
+    torch.save(state, ckpt / STATE_FILE)
+    resumed = train(cfg, resume_from=ckpt, log=None)
+    assert figures(resumed)[0] == figures(straight)[0]  # epoch 1 came from the checkpoint
+    assert figures(resumed)[1:] != figures(straight)[1:]
+
+
+@pytest.mark.slow
+def test_cli_train_killed_and_resumed_equals_straight_run(tmp_path):
+    """`mtbert train --output DIR` killed (SIGKILL) after its first epoch, then `--resume`.
+    The killed run wrote into its partial folder beside DIR (DIR itself stays untouched
+    until a run ends); --resume continues that one and moves it in at the end."""
+    base = [sys.executable, "-m", "mtbert.cli", "train", "--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    for k, v in {**SMALL, "train.epochs": 3, "sampling.steps_per_epoch": 20}.items():
+        base += ["--set", f"{k}={v}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    straight = subprocess.run(base + ["--output", str(tmp_path / "straight")], capture_output=True,
+                              text=True, timeout=600, env=env)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(base + ["--output", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 300
+
+    def saved_states():
+        return list(tmp_path.glob(f".{out.name}.partial-*/last/{STATE_FILE}"))
+
+    while not saved_states() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    [state_file] = saved_states()
+    saved = torch.load(state_file, weights_only=False)["epoch"]
+    assert saved < 3, "the run ended before it could be killed"
+    assert not (out / "result.json").exists()
+
+    resumed = subprocess.run(base + ["--output", str(out), "--resume"], capture_output=True, text=True,
+                             timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resumed from {state_file.parent} at epoch {saved + 1}" in resumed.stdout
+    assert not saved_states() and (out / "last" / STATE_FILE).is_file()  # moved in, partial gone
+    import json
+
+    a = json.loads((tmp_path / "straight" / "result.json").read_text())
+    b = json.loads((out / "result.json").read_text())
+    assert [{k: e[k] for k in e if "time" not in k and "seq_per_s" not in k and "memory" not in k}
+            for e in a["epochs"]] == \
+           [{k: e[k] for k in e if "time" not in k and "seq_per_s" not in k and "memory" not in k}
+            for e in b["epochs"]]
+    # Every weight of the best model is the same too.
+    wa = torch.load(tmp_path / "straight" / "best" / "model.pt", weights_only=True)
+    wb = torch.load(out / "best" / "model.pt", weights_only=True)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_resume_without_a_previous_run_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mtbert.cli", "train", "--output", str(tmp_path / "none"),
+                           "--resume"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("mtbert: error: --resume:") and "Traceback" not in proc.stderr
