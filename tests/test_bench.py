@@ -42,3 +42,11 @@ def test_recipe_bench_prints_every_arm_and_mfu():
     for arm in ("hand fp32", "hand bf16", "mtbert fp32", "mtbert bf16"):
         assert arm in out, out
     assert out.count("MFU") == 4 and "vs hand bf16" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.skipif(not MINILM.is_dir(), reason="../shared/models/all-MiniLM-L6-v2 absent")
+def test_frozen_cache_bench_compares_both_depths():
+    out = run("frozen_cache.py", "--examples", "24", "--epochs", "1")
+    assert "freeze = 3" in out and "freeze = all" in out and out.count("epoch ratio") == 2, out

@@ -106,8 +106,11 @@ def make_optimizer(model: MultitaskModel, cfg: Config, extra: list[torch.nn.Para
         # weighting method's own parameters (decay would pull its log-variances to 0).
         decay = cfg.optim.weight_decay if p.ndim >= 2 and id(p) not in extra_ids else 0.0
         groups.setdefault((rates.get(id(p), cfg.optim.head_lr), decay), []).append(p)
+    # fused: one kernel per parameter for the whole AdamW update, where the for-loop version
+    # makes a fresh temporary (sqrt, div) the size of each parameter at every step. On MiniLM
+    # that is the 30522 x 384 word-embedding matrix, whose update took a quarter of a CPU step.
     return torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
-                              for (lr, wd), ps in groups.items()], lr=cfg.optim.lr)
+                              for (lr, wd), ps in groups.items()], lr=cfg.optim.lr, fused=True)
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
