@@ -6,8 +6,12 @@ One row per configuration: regime (head regime, encoder sharing k, and any other
 off its default), learning rate, loss weights, best dev overall and its epoch, the task
 scores at that epoch, train time, model size, peak memory and TM-relative score. The baseline is marked
 with * and pinned first, as in the paper. A configuration run under several seeds is one
-row of mean ± std (n). Runs come from MLflow (pandas): the child runs of one sweep's parent
-run, by default the experiment's latest sweep.
+row of mean ± the 95% t-interval half-width (n seeds; orchestration/stats.py), and Δ overall
+is its difference to the baseline paired by seed (the mean of per-seed differences ± its own
+95% t-interval, n paired seeds). A sweep's frozen reference (`reference: true`, role
+`reference`) is labelled as such, and the caption names the rows whose mean falls below it,
+task by task. Runs come from MLflow (pandas): the child runs of one sweep's parent run, by
+default the experiment's latest sweep.
 
 Differences from the paper's tables, on purpose: epochs are 1-based; model size is in MB;
 the TM-relative column is the ratio itself (the baseline scores 1.0), where the paper prints
@@ -29,6 +33,7 @@ import pandas as pd
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
 from orchestration.labels import fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.stats import paired_delta
 
 FORMATS = ("md", "csv", "latex", "html")
 # Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
@@ -37,6 +42,8 @@ NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memor
 # In the csv, not the printed table: the compute-based score and the time bases of both.
 EXTRA_NUMERIC = ["tm_relative_score_compute", "tm_time_s", "tm_flops"]
 LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch"}
+DELTA_METRIC = "overall"  # the Δ-vs-baseline column: paired by seed
+REFERENCE_LABEL = "frozen reference"
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -102,9 +109,35 @@ def _status(runs: pd.DataFrame) -> pd.Series:
     return out
 
 
+def _ci95(std: pd.Series, count: pd.Series) -> pd.Series:
+    """95% t-interval half-widths from a column's seed std and count (NaN where n < 2)."""
+    from scipy.stats import t
+
+    n = count.astype(float)
+    df = (n - 1).where(n > 1)
+    return pd.Series(t.ppf(0.975, df) * std / n.pow(0.5), index=std.index).where(n > 1)
+
+
+def _paired_deltas(done: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per variant: (delta, ci95, n) of metric − the baseline's metric at the same seed."""
+    out = pd.DataFrame(index=pd.Index(done["variant"].unique(), name="variant"),
+                       columns=["delta", "ci95", "n"], dtype=float)
+    base = done[done["role"] == "baseline"]
+    if base.empty or metric not in done:
+        return out
+    # A seed run twice (a resume that double-logged) counts once, as its mean.
+    per_seed = done.pivot_table(index="variant", columns="seed", values=metric, aggfunc="mean")
+    base_seed = base.groupby("seed")[metric].mean().to_dict()
+    for variant, row in per_seed.iterrows():
+        d, h, n = paired_delta(row.dropna().to_dict(), base_seed)
+        out.loc[variant] = [d, h, n]
+    return out
+
+
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
-    """One row per configuration (finished seeds grouped; numeric columns carry _std and n),
-    then one row per failed or interrupted trial with its one-line reason.
+    """One row per configuration (finished seeds grouped; numeric columns carry _std, _ci95
+    and n; the delta metric carries <metric>_delta, _delta_ci95 and _delta_n, paired by seed
+    against the baseline), then one row per failed or interrupted trial with its one-line reason.
     Vectorised over runs, so a 10,000-run sweep builds in seconds."""
     from mtbert.config import Config, flatten
 
@@ -157,6 +190,14 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     for name in dict.fromkeys(numeric):
         table[name] = means[name].values
         table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
+        table[f"{name}_ci95"] = _ci95(stds[name], counts[name]).values
+    deltas = _paired_deltas(done, DELTA_METRIC).reindex(table["variant"])
+    table[f"{DELTA_METRIC}_delta"] = deltas["delta"].values
+    table[f"{DELTA_METRIC}_delta_ci95"] = deltas["ci95"].values
+    table[f"{DELTA_METRIC}_delta_n"] = deltas["n"].values
+    table.loc[table["role"] == "baseline", [f"{DELTA_METRIC}_delta", f"{DELTA_METRIC}_delta_ci95",
+                                           f"{DELTA_METRIC}_delta_n"]] = math.nan
+    table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
     table["status"] = "finished"
     table["reason"] = ""
     rest = frame[frame["status"] != "finished"].copy()
@@ -165,6 +206,10 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         rest["stopped_early"] = 0
         for name in dict.fromkeys(numeric):
             rest[f"{name}_std"] = math.nan
+            rest[f"{name}_ci95"] = math.nan
+        for suffix in ("delta", "delta_ci95", "delta_n"):
+            rest[f"{DELTA_METRIC}_{suffix}"] = math.nan
+        rest.loc[rest["role"] == "reference", "regime"] = REFERENCE_LABEL
         table = pd.concat([table, rest[table.columns]], ignore_index=True)
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
@@ -186,7 +231,7 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
     if key == "tm":
         key = tm_column(table)
     if key not in table.columns:
-        known = [c for c in table.columns if not c.endswith("_std")]
+        known = [c for c in table.columns if not c.endswith(("_std", "_ci95"))]
         raise SweepError(f"--sort {key}: not a column; choose from tm, {', '.join(known)}")
     ascending = key in LOWER_IS_BETTER or table[key].dtype == object
     finished = table["status"] == "finished"
@@ -197,13 +242,28 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
     return out
 
 
-def _cell(mean: float, std: float, n: int, digits: int) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+def _nan(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _cell(mean: float, half: float, n: int, digits: int) -> str:
+    """mean ± 95% CI half-width; a single seed (or no spread to estimate) shows the mean alone."""
+    if _nan(mean):
         return "–"
     text = f"{mean:.{digits}f}"
-    if n > 1 and not math.isnan(std):
-        text += f" ± {std:.{digits}f}"
+    if n > 1 and not _nan(half):
+        text += f" ± {half:.{digits}f}"
     return text
+
+
+def _delta_cell(delta: float, half: float, n: float, digits: int = 3) -> str:
+    """+0.004 ± 0.002 (n=3): paired by seed; n is the number of seeds both sides ran."""
+    if _nan(delta):
+        return "–"
+    text = f"{delta:+.{digits}f}"
+    if not _nan(half):
+        text += f" ± {half:.{digits}f}"
+    return text + f" (n={int(n)})"
 
 
 def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -211,7 +271,10 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
     task_metrics = table.attrs.get("task_metrics", [])
     grouped = bool((table["n"] > 1).any()) if not table.empty else False
-    headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall", "Epoch",
+    delta_col = f"{DELTA_METRIC}_delta"
+    with_delta = delta_col in table.columns and bool(table[delta_col].notna().any())
+    headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall",
+               *(["Δ overall vs *"] if with_delta else []), "Epoch",
                *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)",
                "Peak mem. (MB)", "TM-rel." + (" (compute)" if tm_column(table) == "tm_relative_score_compute" else "")]
     if grouped:
@@ -231,7 +294,10 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         cells = [label, r["lr"], r["weights"]]
         tm = tm_column(table)
         for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb", tm]:
-            cells.append(_cell(r[name], r[f"{name}_std"], n, digits.get(name, 3)))
+            half = r.get(f"{name}_ci95", math.nan)
+            cells.append(_cell(r[name], half, n, digits.get(name, 3)))
+            if name == "overall" and with_delta:
+                cells.append(_delta_cell(r[delta_col], r[f"{delta_col}_ci95"], r[f"{delta_col}_n"]))
         if grouped:
             cells.append(str(n))
         rows.append(cells)
@@ -241,17 +307,50 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
            "‡ interrupted (Ctrl-C, a signal or a tracking outage; `mtbert sweep resume` continues it). "
            "✗ failed, with its reason; failed and interrupted trials are listed one per row, after the others. "
-           "Epoch is 1-based; seeds grouped as mean ± std. Peak mem.: CUDA peak allocated, or on CPU "
+           "Epoch is 1-based; seeds grouped as mean ± the half-width of the 95% confidence interval "
+           "(t-distribution, n seeds; one seed shows no interval). Δ overall vs *: the difference to the "
+           "baseline paired by seed (mean of the per-seed differences ± its 95% t-interval; n = seeds both "
+           "ran). Peak mem.: CUDA peak allocated, or on CPU "
            "the trial process's peak resident set. TM-rel.: (overall / base) x (time_base / time) x "
            "(size_base / size); time is measured train time (tm_relative_score), or with (compute) the "
            "counted training FLOPs (tm_relative_score_compute), as the sweep's tracking.tm_score says.")
 
 
-def _markdown(headers: list[str], rows: list[list[str]]) -> str:
+def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
+    """Score column label -> labels of the finished rows whose mean is below the frozen
+    reference's (None when the sweep ran no reference)."""
+    if table.empty or "role" not in table:
+        return None
+    finished = table[table["status"] == "finished"]
+    ref = finished[finished["role"] == "reference"]
+    if ref.empty:
+        return None
+    ref = ref.iloc[0]
+    others = finished[finished["role"] != "reference"]
+    out = {}
+    for metric in ["overall", *table.attrs.get("task_metrics", [])]:
+        if metric not in table or _nan(ref[metric]):
+            continue
+        low = others[others[metric] < ref[metric]]
+        out[TASK_LABELS.get(metric, metric.capitalize())] = [
+            r["regime"] + ("*" if r["role"] == "baseline" else "") for _, r in low.iterrows()]
+    return out
+
+
+def caption(table: pd.DataFrame) -> str:
+    below = below_reference(table)
+    if below is None:
+        return CAPTION
+    parts = [f"{name}: {', '.join(rows) if rows else 'none'}" for name, rows in below.items()]
+    return (CAPTION + f" {REFERENCE_LABEL}: every encoder layer frozen, linear heads (mtbert.config.REFERENCE); "
+            "rows whose mean is below it: " + "; ".join(parts) + ".")
+
+
+def _markdown(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
     align = ["---"] * 3 + ["---:"] * (len(headers) - 3)
-    return "\n".join([line(headers), "| " + " | ".join(align) + " |", *map(line, rows), "", CAPTION]) + "\n"
+    return "\n".join([line(headers), "| " + " | ".join(align) + " |", *map(line, rows), "", text]) + "\n"
 
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -260,23 +359,24 @@ _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 def _latex_escape(text: str) -> str:
     out = "".join(_LATEX_ESCAPES.get(c, c) for c in text)
-    return out.replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("–", "--")
+    return (out.replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("–", "--")
+            .replace("Δ", r"$\Delta$"))
 
 
-def _latex(headers: list[str], rows: list[list[str]]) -> str:
+def _latex(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
     spec = "lll" + "r" * (len(headers) - 3)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(map(_latex_escape, headers)) + r" \\", r"\midrule"]
     lines += [" & ".join(map(_latex_escape, row)) + r" \\" for row in rows]
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(CAPTION)}}}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(text)}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
-def _html(headers: list[str], rows: list[list[str]]) -> str:
+def _html(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>\n" for row in rows)
     return (f"<table class=\"mtbert-leaderboard\">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n"
-            f"<caption>{html.escape(CAPTION)}</caption>\n</table>\n")
+            f"<caption>{html.escape(text)}</caption>\n</table>\n")
 
 
 def _csv(table: pd.DataFrame) -> str:
@@ -290,7 +390,7 @@ def render(table: pd.DataFrame, fmt: str) -> str:
     if fmt == "csv":
         return _csv(table)
     headers, rows = display_rows(table)
-    return {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows)
+    return {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows, caption(table))
 
 
 # --------------------------------------------------------------------------- Pareto plot

@@ -36,3 +36,17 @@ def test_a_score_outside_the_band_or_a_missing_trial_fails(tmp_path):
     assert proc.returncode == 1 and "Overall 0.400 -> 0.600 (OUTSIDE)" in proc.stdout, proc.stdout
     proc = compare(tmp_path, COMMITTED, {"I-I-I k=all*": COMMITTED["I-I-I k=all*"]})
     assert proc.returncode == 1 and "only in the committed table: I-I-I k=0" in proc.stdout, proc.stdout
+
+
+def test_tables_printing_confidence_intervals_are_read_back_to_seed_std(tmp_path):
+    # 0.635 is the 95% half-width of two seeds with std 0.0707 (t = 12.706): the band is the std's
+    ci = {"I-I-I k=all*": ("0.500 ± 0.635", "0.350 ± 0.010"), "I-I-I k=0": ("0.400 ± 0.635", "0.340 ± 0.020")}
+    moved = {**ci, "I-I-I k=0": ("0.600 ± 0.635", "0.340 ± 0.020")}
+    for name, rows in (("a.md", ci), ("b.md", moved)):
+        table(tmp_path / name, rows)
+        path = tmp_path / name
+        path.write_text(path.read_text() + "seeds grouped as mean ± the half-width of the 95% confidence interval\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "results" / "compare.py"),
+                           str(tmp_path / "a.md"), str(tmp_path / "b.md")], capture_output=True, text=True)
+    assert "Overall ±0.141" in proc.stdout, proc.stdout  # 2 x 0.0707 x sqrt(2 / 2)
+    assert proc.returncode == 1 and "OUTSIDE" in proc.stdout

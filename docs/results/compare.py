@@ -7,7 +7,9 @@ Both files are `mtbert leaderboard --format md` tables. Rows are matched by conf
 noise is pooled over every row of both tables (one configuration's two seeds say little
 about its own spread): a difference of means counts as noise within two standard errors,
 2 x s x sqrt(2 / n), s the pooled seed std and n the seeds per row. Single-seed tables
-must match exactly. Time, size and memory columns are printed, not judged: they depend on
+must match exactly. Tables whose caption says "95% confidence interval" print mean ± the
+interval's half-width (the leaderboard since the paired-Δ column): the seed std is read back
+from it (s = h √n / t(0.975, n−1)). Time, size and memory columns are printed, not judged: they depend on
 the machine and what else ran on it. Exit status 1 when the trial sets differ or a score
 falls outside its band.
 """
@@ -22,8 +24,12 @@ SCORES = ("Overall", "SC acc.", "PD acc.", "STS corr.")
 MACHINE = ("Train time (s)", "TM-rel.", "Peak mem. (MB)")
 
 
+CI_CAPTION = "95% confidence interval"
+
+
 def read_table(path: Path) -> dict[tuple[str, ...], dict[str, str]]:
-    lines = [line for line in path.read_text().splitlines() if line.startswith("|")]
+    text = path.read_text()
+    lines = [line for line in text.splitlines() if line.startswith("|")]
     if len(lines) < 3:
         raise SystemExit(f"{path}: no Markdown table")
 
@@ -34,6 +40,8 @@ def read_table(path: Path) -> dict[tuple[str, ...], dict[str, str]]:
     for line in lines[2:]:
         row = dict(zip(header, cells(line)))
         weights = next((row[h] for h in header if h.startswith("w [")), "")
+        if CI_CAPTION in text:
+            row["_ci"] = "1"
         rows[tuple(row[k] for k in KEY) + (weights,)] = row
     return rows
 
@@ -43,12 +51,23 @@ def parse(cell: str) -> tuple[float, float]:
     return float(mean), float(std) if std else 0.0
 
 
+def seed_std(row: dict[str, str], col: str) -> float:
+    """The seed std of a cell: printed as such, or read back from a 95% CI half-width."""
+    spread = parse(row[col])[1]
+    n = int(row.get("n", "1"))
+    if not row.get("_ci") or n < 2:
+        return spread
+    from scipy.stats import t
+
+    return spread * math.sqrt(n) / float(t.ppf(0.975, n - 1))
+
+
 def band(col: str, *tables: dict) -> float:
     """Two standard errors of a difference of two n-seed means, from the pooled seed std."""
     rows = [row for table in tables for row in table.values() if col in row]
     if not rows:
         return 0.0
-    variances = [parse(row[col])[1] ** 2 for row in rows]
+    variances = [seed_std(row, col) ** 2 for row in rows]
     n = min(int(row.get("n", "1")) for row in rows)
     return 2 * math.sqrt(sum(variances) / len(variances)) * math.sqrt(2 / n) if n > 1 else 0.0
 

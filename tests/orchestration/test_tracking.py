@@ -173,11 +173,15 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     row = table.set_index("variant").loc["p000"]
     assert row["n"] == 2 and row["overall"] == pytest.approx(0.55)
     assert row["overall_std"] == pytest.approx(math.sqrt(2 * 0.05 ** 2))
+    # 95% t-interval of two seeds: t(0.975, 1) = 12.706 x std / sqrt(2)
+    assert row["overall_ci95"] == pytest.approx(12.7062 * math.sqrt(2 * 0.05 ** 2) / math.sqrt(2), rel=1e-4)
+    # paired by seed against the baseline's best overall: 0.50 - 0.40, 0.60 - 0.42
+    assert row["overall_delta"] == pytest.approx(0.14) and row["overall_delta_n"] == 2
     assert table[table["status"] == "finished"].set_index("variant").loc["p001"]["n"] == 1  # failed seed not averaged in
     lines = text.splitlines()
-    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Epoch |")
+    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
-    assert "S-I-I k=all" in lines[3] and "0.550 ± 0.071" in lines[3]
+    assert "S-I-I k=all" in lines[3] and "0.550 ± 0.635 | +0.140 ± 0.508 (n=2)" in lines[3]
     assert "I-S-S k=all †" in lines[4]
     assert "| I-S-S k=all ✗ (ValueError: boom) |" in text  # a failed trial shows, with its reason
     assert "| S-I-I k=all ‡ |" in text  # the run test_no_run_left_running closed: interrupted

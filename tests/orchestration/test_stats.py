@@ -1,0 +1,118 @@
+"""Seed statistics in the leaderboard: 95% t-intervals and the Δ paired by seed, against scipy."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from orchestration.leaderboard import build_table, render, sort_table
+from orchestration.stats import mean_ci, paired_delta
+
+SCORES = [0.652, 0.640, 0.664]
+
+
+def test_mean_ci_matches_scipy_on_known_numbers():
+    mean, half, n = mean_ci(SCORES)
+    low, high = stats.t.interval(0.95, len(SCORES) - 1, loc=sum(SCORES) / 3, scale=stats.sem(SCORES))
+    assert n == 3 and mean == pytest.approx(0.652)
+    assert (mean - half, mean + half) == (pytest.approx(low), pytest.approx(high))
+    # by hand: s = 0.012, t(0.975, 2) = 4.3027, half = 4.3027 * 0.012 / sqrt(3)
+    assert half == pytest.approx(4.302653 * 0.012 / math.sqrt(3), rel=1e-6)
+
+
+def test_one_seed_has_no_interval_and_nan_is_skipped():
+    assert mean_ci([0.5])[0] == 0.5 and math.isnan(mean_ci([0.5])[1])
+    assert mean_ci([0.5, math.nan, 0.7])[2] == 2
+    assert mean_ci([])[2] == 0
+
+
+# Seeds disagree by 0.2 while the config beats the baseline by 0.005 at every seed.
+BASE = {0: 0.60, 1: 0.70, 2: 0.80, 3: 0.65, 4: 0.75}
+BUMP = {0: 0.0050, 1: 0.0060, 2: 0.0040, 3: 0.0050, 4: 0.0055}
+CONFIG = {s: BASE[s] + BUMP[s] for s in BASE}
+
+
+def test_paired_delta_matches_scipy_and_resolves_what_unpaired_cannot():
+    delta, half, n = paired_delta(CONFIG, BASE)
+    seeds = sorted(BASE)
+    res = stats.ttest_rel([CONFIG[s] for s in seeds], [BASE[s] for s in seeds])
+    ci = res.confidence_interval(0.95)
+    assert n == 5 and delta == pytest.approx(0.0051)
+    assert (delta - half, delta + half) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert delta - half > 0  # paired: the gain is resolved
+    unpaired = stats.ttest_ind(list(CONFIG.values()), list(BASE.values())).confidence_interval(0.95)
+    assert unpaired.low < 0 < unpaired.high  # two independent samples: lost in the seed spread
+
+
+def test_paired_delta_uses_only_seeds_both_ran():
+    delta, half, n = paired_delta({0: 0.7, 1: 0.8, 2: 0.9}, {0: 0.6, 1: 0.7, 5: 0.1})
+    assert n == 2 and delta == pytest.approx(0.1) and half == pytest.approx(0.0, abs=1e-12)
+    assert paired_delta({0: 0.7}, {0: 0.6})[2] == 1 and math.isnan(paired_delta({0: 0.7}, {0: 0.6})[1])
+
+
+def _runs(rows: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
+    """mlflow.search_runs-shaped frame: (variant, role, seed, head regime, overall)."""
+    out = []
+    for variant, role, seed, regime, overall in rows:
+        out.append({"status": "FINISHED", "tags.variant": variant, "tags.role": role, "tags.seed": str(seed),
+                    "params.sharing.head_regime": regime, "params.optim.lr": "0.001",
+                    "metrics.overall": overall, "metrics.sst_acc": overall - 0.2, "metrics.para_acc": overall,
+                    "metrics.sts_corr": overall + 0.2, "metrics.best_epoch": 2.0, "metrics.train_time_s": 10.0,
+                    "metrics.model_size_mb": 1.0, "metrics.peak_memory_mb": 5.0,
+                    "metrics.tm_relative_score": 1.0})
+    return pd.DataFrame(out)
+
+
+TAGS = {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime"}
+
+
+@pytest.fixture
+def table() -> pd.DataFrame:
+    rows = [("baseline", "baseline", s, "I-I-I", BASE[s]) for s in BASE]
+    rows += [("p000", "search", s, "S-S-S", CONFIG[s]) for s in BASE]
+    rows += [("p001", "search", 0, "I-S-S", 0.9)]  # one seed: no interval
+    rows += [("reference", "reference", s, "none", BASE[s] + 0.003) for s in BASE]
+    runs = _runs(rows)
+    runs.loc[runs["tags.variant"] == "reference", "metrics.sst_acc"] = 0.95  # every row below it on SST
+    return sort_table(build_table(runs, TAGS))
+
+
+def test_table_carries_intervals_and_paired_delta(table):
+    rows = table.set_index("variant")
+    mean, half, n = mean_ci(CONFIG.values())
+    assert rows.loc["p000", "overall"] == pytest.approx(mean)
+    assert rows.loc["p000", "overall_ci95"] == pytest.approx(half)
+    delta, dhalf, dn = paired_delta(CONFIG, BASE)
+    assert rows.loc["p000", "overall_delta"] == pytest.approx(delta)
+    assert rows.loc["p000", "overall_delta_ci95"] == pytest.approx(dhalf)
+    assert rows.loc["p000", "overall_delta_n"] == dn == 5
+    assert math.isnan(rows.loc["baseline", "overall_delta"])
+    assert math.isnan(rows.loc["p001", "overall_ci95"]) and rows.loc["p001", "overall_delta_n"] == 1
+
+
+def test_every_format_shows_the_interval_and_delta(table):
+    md = render(table, "md")
+    lines = md.splitlines()
+    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
+    p000 = next(line for line in lines if line.startswith("| S-S-S"))
+    mean, half, _ = mean_ci(CONFIG.values())
+    delta, dhalf, _ = paired_delta(CONFIG, BASE)
+    assert f"| {mean:.3f} ± {half:.3f} | {delta:+.3f} ± {dhalf:.3f} (n=5) |" in p000
+    p001 = next(line for line in lines if line.startswith("| I-S-S"))
+    assert "| 0.900 | +0.300 (n=1) |" in p001  # one seed: no interval
+    assert "95% confidence interval" in md and "paired by seed" in md
+    # the reference row is named, and the caption lists who falls below it, task by task
+    assert any(line.startswith("| frozen reference |") for line in lines)
+    assert ("rows whose mean is below it: Overall: I-I-I k=all*; SC acc.: I-I-I k=all*, I-S-S k=all, "
+            "S-S-S k=all; PD acc.: I-I-I k=all*;") in md
+    latex = render(table, "latex")
+    assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "(n=5)" in latex
+    html = render(table, "html")
+    assert "Δ overall vs *" in html and f"{delta:+.3f} ± {dhalf:.3f} (n=5)" in html
+    csv = pd.read_csv(__import__("io").StringIO(render(table, "csv")))
+    for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_ci95", "overall_delta_n"):
+        assert col in csv.columns
+    row = csv.set_index("variant").loc["p000"]
+    assert row["overall_delta_ci95"] == pytest.approx(dhalf) and row["overall_delta_n"] == 5
