@@ -259,7 +259,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         "log_models": sweep.spec.tracking.log_models, "register_model": sweep.spec.tracking.register_model,
         "outage_s": outage_s,
     }, indent=2))
-    log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline), {sweep.spec.search.algorithm} search, "
+    log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline"
+        f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''}), {sweep.spec.search.algorithm} search, "
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
         f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
 

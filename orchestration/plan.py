@@ -26,6 +26,7 @@ from orchestration.errors import SweepError
 from orchestration.spec import SMOKE_MAX_POINTS, Sweep
 
 BASELINE = "baseline"
+REFERENCE = "reference"  # variant and role of the frozen reference (a sweep's `reference:`)
 
 
 def trial_key(variant: str, seed: int) -> str:
@@ -50,6 +51,11 @@ class Planner:
 
     def baseline_trials(self) -> list[dict[str, Any]]:
         return [self.trial(BASELINE, "baseline", self.sweep.baseline, s) for s in self.sweep.seeds]
+
+    def reference_trials(self) -> list[dict[str, Any]]:
+        if self.sweep.reference is None:
+            return []
+        return [self.trial(REFERENCE, REFERENCE, self.sweep.reference, s) for s in self.sweep.seeds]
 
     def decode(self, raw: dict[str, Any]) -> dict[str, Any]:
         return {dim.key: dim.decode(raw) for dim in self.sweep.dims}
@@ -82,14 +88,15 @@ class Planner:
         return points
 
     def fixed_trials(self) -> list[dict[str, Any]]:
-        """Baseline trials first (so their scores exist early), then the expanded points under
-        every seed. Optuna sweeps get only the baselines here. Built (and validated) once."""
+        """Baseline trials first (so their scores exist early), then the frozen reference (if
+        the sweep asks for it), then the expanded points under every seed. Optuna sweeps get
+        only the baselines and the reference here. Built (and validated) once."""
         if self._fixed is None:
             self._fixed = self._expand()
         return self._fixed
 
     def _expand(self) -> list[dict[str, Any]]:
-        trials = self.baseline_trials()
+        trials = self.baseline_trials() + self.reference_trials()
         if self.sweep.spec.search.algorithm == "optuna":
             return trials
         points = self.search_values()

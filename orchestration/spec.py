@@ -15,6 +15,9 @@ Top-level keys (see sweeps/*.yaml for commented examples):
     num_samples          grid: repeats of the grid; random/optuna: sampled configurations
     max_concurrent, max_failures, resources {cpu, gpu}
     baseline             config overrides of the baseline trial (TM-relative score = 1)
+    reference            true: also run the frozen reference under each seed (the encoder as it
+                         came, linear heads: mtbert.config.REFERENCE, on the sweep's budget); or a
+                         mapping of config overrides over it. The leaderboard names the row.
     seeds                every configuration (and the baseline) runs under each seed
     tracking             {uri, experiment, outage_s, tm_score, log_models, register_model}
     smoke                overrides applied by --smoke, on top of the built-in smoke shrink
@@ -96,13 +99,16 @@ class SweepFile:
     max_failures: int = 2  # retries of a crashed trial, each from its last checkpoint
     resources: ResourcesSpec = field(default_factory=ResourcesSpec)
     baseline: dict[str, Any] | None = None  # null = the base config itself is the baseline
+    # true = the frozen reference runs beside the sweep under each seed; a mapping = the same,
+    # with these config overrides on top of it (e.g. {train.epochs: 10}).
+    reference: bool | dict[str, Any] = False
     seeds: list[int] | None = None  # null = [base train.seed]
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     smoke: dict[str, Any] | None = None
 
 
 SWEEP_KEYS = {"name", "description", "search", "scheduler", "num_samples", "max_concurrent",
-              "max_failures", "resources", "seeds", "tracking"}
+              "max_failures", "resources", "seeds", "tracking", "reference"}
 
 # Per-epoch keys of train()'s report that a search metric or objective may name.
 REPORTED_METRICS = {"overall", "best_overall", "overall_cs224n", "train_time_s", "epoch_time_s",
@@ -128,7 +134,20 @@ SMOKE_CONFIG: dict[str, Any] = {
     "train.device": "cpu",
     "sampling.steps_per_epoch": 4,
 }
-SMOKE_MAX_POINTS = 3  # searched configurations per seed (plus the baseline)
+SMOKE_MAX_POINTS = 3
+
+
+def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The frozen reference inside a sweep: mtbert.config.REFERENCE without its own training
+    budget (the sweep's epochs and steps apply, so the row is read at the same budget), with
+    the recipe's STS head (cosine for a pretrained bi-encoder), its head rate and mean pooling,
+    whatever the base config chose for the fine-tuned rows; then `extra` on top."""
+    from mtbert.config import REFERENCE
+
+    out = {k: v for k, v in REFERENCE.items() if not k.startswith("train.")}
+    out.update({"sts.head": None, "optim.head_lr": None, "model.pooling": "mean"})
+    out.update(_dotted(extra or {}))
+    return out  # searched configurations per seed (plus the baseline)
 SMOKE_MAX_TINY_LAYERS = 12
 DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
 
@@ -144,6 +163,7 @@ class Sweep:
     dims: list[Dimension]
     baseline: dict[str, Any]  # dotted overrides of the baseline trial
     seeds: list[int]
+    reference: dict[str, Any] | None = None  # dotted overrides of the frozen-reference trial
     smoke: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. dimensions pinned by --smoke
 
@@ -249,10 +269,15 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     seeds = spec.seeds if spec.seeds else [base_cfg.train.seed]
     if len(set(seeds)) != len(seeds):
         raise SweepError(f"{where}: seeds: duplicate seed in {seeds}")
+    reference = None
+    if spec.reference is not False:
+        reference = reference_overrides(spec.reference if isinstance(spec.reference, dict) else None)
     sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
-                  baseline=_dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes)
+                  baseline=_dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
+                  reference=reference)
     _check_dims(sweep, where)
     _check_baseline(sweep, where)
+    _check_reference(sweep, where)
     _check_search(sweep, where, base_cfg.tasks)
     _check_scheduler(sweep, where, full_budget)
     _check_counts(sweep, where)
@@ -413,6 +438,15 @@ def _check_baseline(sweep: Sweep, where: str) -> None:
         sweep.config_for(sweep.baseline, sweep.seeds[0])
     except ConfigError as exc:
         raise _config_error(exc, f"{where}: baseline") from None
+
+
+def _check_reference(sweep: Sweep, where: str) -> None:
+    if sweep.reference is None:
+        return
+    try:
+        sweep.config_for(sweep.reference, sweep.seeds[0])
+    except ConfigError as exc:
+        raise _config_error(exc, f"{where}: reference") from None
 
 
 def _known_metrics(tasks: list[str]) -> set[str]:

@@ -82,6 +82,8 @@ BAD = [
     ({"search": {"algorithm": "optuna"}}, "space: optuna needs at least one dimension to search"),
     ({"space": {"train.seed": [0, 1]}}, "space.train.seed: use the top-level `seeds:` list"),
     ({"base_config": "missing.yaml"}, "base_config: "),
+    ({"reference": {"optim.lrr": 0.1}}, "reference: optim.lrr: unknown key (did you mean 'optim.lr'?)"),
+    ({"reference": 3}, "reference: expected bool or mapping of Any, got 3"),
 ]
 
 
@@ -176,3 +178,17 @@ def test_resume_of_an_unknown_sweep_is_one_line(tmp_path, monkeypatch, capsys):
     (tmp_path / "runs" / "half" / "mtbert_sweep.json").write_text("{}")
     assert main(["sweep", "resume", "half"]) == 2
     assert "the sweep died before Ray Tune saved its state; run it again" in capsys.readouterr().err
+
+
+def test_reference_runs_beside_the_baseline_under_each_seed(sweep_file):
+    sweep = load_sweep(sweep_file(reference={"train.epochs": 3}, seeds=[0, 1],
+                                  base={"sts": {"head": "cosine_mlp"}}))
+    trials = Planner(sweep).fixed_trials()
+    ref = [t for t in trials if t["role"] == "reference"]
+    assert [t["key"] for t in ref] == ["reference-s0", "reference-s1"]
+    assert [t["role"] for t in trials[:4]] == ["baseline", "baseline", "reference", "reference"]
+    config = ref[0]["config"]
+    # the encoder as it came, linear heads; the recipe's STS head, not the base's; the mapping on top
+    assert config["freeze"]["layers"] == -1 and config["sharing"]["head_regime"] == "none"
+    assert config["sts"]["head"] == "regression" and config["train"]["epochs"] == 3  # tiny's recipe
+    assert load_sweep(sweep_file()).reference is None
