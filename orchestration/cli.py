@@ -1,4 +1,4 @@
-"""`mtbert sweep run|resume` and `mtbert leaderboard`, registered into mtbert's CLI."""
+"""`mtbert sweep run|resume`, `mtbert leaderboard` and `mtbert findings`, registered into mtbert's CLI."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +55,26 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_findings(args: argparse.Namespace) -> int:
+    from orchestration.findings import findings
+    from orchestration.paths import resolve_tracking_uri
+    from orchestration.tracking import check_tracking
+
+    uri = resolve_tracking_uri(args.tracking_uri, None)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} does not exist)")
+    check_tracking(uri)
+    text, table = findings(uri, args.experiment or None, args.format)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text)
+        counts = table["verdict"].value_counts().to_dict()
+        print(f"wrote {args.output} ({', '.join(f'{v} {k}' for k, v in counts.items())})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _ray_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
@@ -98,3 +118,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     board.add_argument("--plot", help="Pareto plot PNG (default: next to --output, else runs/<experiment>-pareto.png)")
     board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     board.set_defaults(func=cmd_leaderboard)
+
+    found = subparsers.add_parser("findings", help="the papers' claims checked against the runs (paired by seed)")
+    found.add_argument("--experiment", action="append", default=[],
+                       help="MLflow experiment to read (repeatable; default: every experiment in the store)")
+    found.add_argument("--format", default="md", choices=["md", "csv"])
+    found.add_argument("--output", help="write the table here instead of stdout")
+    found.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    found.set_defaults(func=cmd_findings)

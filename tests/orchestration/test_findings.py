@@ -1,0 +1,117 @@
+"""`mtbert findings` on a small synthetic MLflow store: runs written directly, no training.
+
+Planted: 3-bert beats 1-bert at every seed (holds), hybrid ties 3-bert within a hair (≈ holds),
+freezing moves STS up at some seeds and down at others (inconclusive), S-S-I loses to I-I-I
+at every seed (contradicted); the cascade, PAL and loss-weight sweeps were never run.
+"""
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mtbert.cli import main
+from orchestration.errors import SweepError
+from orchestration.findings import CLAIMS, Claim, evaluate, findings, read_runs, verdict
+
+SEEDS = [0, 1, 2, 3, 4]
+SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07]  # seed-to-seed spread, shared by every configuration
+
+
+def _sweep(client: MlflowClient, experiment: str, configs: dict[str, tuple[str, dict, list[dict]]]) -> None:
+    """configs: variant -> (role, params, per-seed metrics)."""
+    exp_id = client.create_experiment(experiment)
+    parent = client.create_run(exp_id, tags={"role": "sweep"}).info.run_id
+    for variant, (role, params, per_seed) in configs.items():
+        for seed, metrics in zip(SEEDS, per_seed):
+            run = client.create_run(exp_id, tags={"mlflow.parentRunId": parent, "variant": variant,
+                                                  "role": role, "seed": str(seed)})
+            rid = run.info.run_id
+            for key, value in params.items():
+                client.log_param(rid, key, value)
+            for key, value in metrics.items():
+                client.log_metric(rid, key, value)
+            client.set_terminated(rid, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+
+
+def _overall(shift: float, jitter: list[float] | None = None) -> list[dict]:
+    jitter = jitter or [0.0] * len(SEEDS)
+    return [{"overall": 0.70 + s + shift + j, "sts_corr": 0.80 + s + shift + j} for s, j in zip(SPREAD, jitter)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('findings') / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    _sweep(client, "study-encoder-sharing", {
+        "baseline": ("baseline", {"sharing.encoder_shared_layers": "0"}, _overall(0.0)),
+        "p000": ("search", {"sharing.encoder_shared_layers": "3"},
+                 _overall(0.001, [0.0005, -0.0005, 0.001, 0.0, -0.001])),
+        "p001": ("search", {"sharing.encoder_shared_layers": "None"},
+                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
+    })
+    _sweep(client, "study-freezing", {
+        "baseline": ("baseline", {"freeze.layers": "0"}, _overall(0.0)),
+        "p000": ("search", {"freeze.layers": "3"}, _overall(0.0, [0.02, -0.02, 0.015, -0.015, 0.0])),
+        "p001": ("search", {"freeze.layers": "-1"}, _overall(-0.1)),
+    })
+    _sweep(client, "study-head-regimes-frozen", {
+        "baseline": ("baseline", {"sharing.head_regime": "I-I-I"}, _overall(0.0)),
+        "p000": ("search", {"sharing.head_regime": "S-S-I"},
+                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
+    })
+    return uri
+
+
+def test_planted_effects_get_their_verdicts(store):
+    table = evaluate(read_runs(store)).set_index("claim")
+    verdicts = table["verdict"].to_dict()
+    assert verdicts["3-bert > 1-bert"] == "holds"
+    assert table.loc["3-bert > 1-bert", "delta"] == pytest.approx(0.03) and table.loc["3-bert > 1-bert", "n"] == 5
+    assert verdicts["hybrid-bert ≈ 3-bert"] == "holds"
+    assert verdicts["freezing the bottom half lifts STS"] == "inconclusive"
+    assert verdicts["S-S-I beats I-I-I on a frozen encoder"] == "contradicted"
+    for claim in ("cascade sst>para>sts lifts STS", "annealed sampling beats round robin",
+                  "PALs ≈ no PALs with annealed sampling"):
+        assert verdicts[claim] == "not run"
+    assert set(verdicts) == {c.name for c in CLAIMS}
+
+
+def test_markdown_and_csv(store):
+    text, _ = findings(store)
+    assert "| 3-bert > 1-bert |" in text and "**holds**" in text and "(n=5)" in text
+    assert "paired by seed" in text and "**not run**" in text
+    csv, _ = findings(store, ["study-freezing"], fmt="csv")
+    assert csv.splitlines()[0].startswith("claim,paper,metric,direction,margin")
+    assert "freezing the bottom half lifts STS" in csv and ",inconclusive," in csv
+
+
+def test_one_line_claim_and_loose_selector(store):
+    runs = read_runs(store)
+    extra = Claim("freezing everything costs overall", "test", "overall",
+                  {"experiment": "study-freezing", "freeze.layers": -1}, {"experiment": "study-freezing",
+                                                                          "role": "baseline"}, "<")
+    assert evaluate(runs, [extra]).iloc[0]["verdict"] == "holds"
+    loose = Claim("loose", "test", "overall", {"experiment": "study-freezing", "role": "search"},
+                  {"experiment": "study-freezing", "role": "baseline"}, ">")
+    with pytest.raises(SweepError, match="matches 2 configurations of one sweep"):
+        evaluate(runs, [loose])
+
+
+def test_verdict_rules():
+    assert verdict(0.02, 0.01, 3, ">") == "holds" and verdict(-0.02, 0.01, 3, ">") == "contradicted"
+    assert verdict(0.005, 0.01, 3, ">") == "inconclusive" and verdict(-0.02, 0.01, 3, "<") == "holds"
+    assert verdict(0.002, 0.005, 3, "≈", 0.01) == "holds"
+    assert verdict(0.03, 0.005, 3, "≈", 0.01) == "contradicted"
+    assert verdict(0.008, 0.005, 3, "≈", 0.01) == "inconclusive"
+    assert verdict(0.05, float("nan"), 1, ">") == "inconclusive"  # one seed: no interval
+
+
+def test_cli(store, capsys, tmp_path):
+    assert main(["findings", "--tracking-uri", store, "--experiment", "study-encoder-sharing"]) == 0
+    out = capsys.readouterr().out
+    assert "| hybrid-bert ≈ 3-bert |" in out and "**not run**" in out
+    assert main(["findings", "--tracking-uri", store, "--output", str(tmp_path / "f.md")]) == 0
+    assert "contradicted" in (tmp_path / "f.md").read_text()
+    assert main(["findings", "--tracking-uri", store, "--experiment", "nope"]) != 0
+    assert "--experiment nope: no such experiment" in capsys.readouterr().err
