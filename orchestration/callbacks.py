@@ -133,6 +133,8 @@ def describe(config: dict[str, Any]) -> str:
     from mtbert.config import flatten
 
     flat = flatten(config.get("config", {}))
+    if config.get("role") == "reference":  # its dozen overrides are mtbert.config.REFERENCE: one name
+        return "frozen reference"
     label = regime_label(flat, list(config.get("values", {})), {})
     return f"{label} lr={fmt_lr(flat.get('optim.lr'))}"
 

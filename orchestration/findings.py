@@ -15,7 +15,8 @@ ran), and the verdict reads that interval:
 A claim whose A or B has no finished run in the store, or none at a shared seed, is "not
 run". Claims are data: one CLAIMS line each. A selector is a mapping of flattened config
 keys (as the runs' MLflow params, e.g. sharing.encoder_shared_layers) to values, plus the
-special keys `experiment` (MLflow experiment name) and `role` (baseline, reference, search);
+special keys `experiment` (MLflow experiment name) and `role` (baseline, reference, search;
+a selector without `role` never picks the frozen reference rows);
 a mapping value (loss.weights) matches the spread params key by key. Numbers match within
 1e-3, so 0.333 selects a logged 0.3333. When a selector matches configurations of several
 sweeps, the latest sweep's runs are used; several configurations within one sweep is an
@@ -75,18 +76,18 @@ CLAIMS = [
           {"experiment": "study-loss-weights-frozen", "role": "baseline"}, "<",
           note="0.313 vs 0.392 with equal weights"),
     Claim("cascade sst>para>sts lifts STS", "progressive-layer-sharing.txt, Section 5.4", "sts_corr",
-          {"experiment": "study-cascade-pals", "sharing.cascade": "sst>para>sts"},
-          {"experiment": "study-cascade-pals", "role": "baseline"}, ">",
+          {"experiment": "study-cascade", "sharing.cascade": "sst>para>sts"},
+          {"experiment": "study-cascade", "role": "baseline"}, ">",
           note="STS 0.508 -> 0.608 dev"),
     Claim("annealed sampling beats round robin", "pals-annealed-sampling.txt, Figure 5 (exp. 5 vs 6)",
           "overall",
-          {"experiment": "study-cascade-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0},
-          {"experiment": "study-cascade-pals", "role": "baseline"}, ">",
+          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0},
+          {"experiment": "study-pals", "role": "baseline"}, ">",
           note="better on every task"),
     Claim("PALs ≈ no PALs with annealed sampling", "pals-annealed-sampling.txt, Figure 5 (exp. 6 vs 8)",
           "overall",
-          {"experiment": "study-cascade-pals", "sampling.strategy": "annealed", "sharing.pal_size": 96},
-          {"experiment": "study-cascade-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0}, "≈",
+          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 96},
+          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0}, "≈",
           note="\"comparable performances\""),
 ]
 
@@ -133,6 +134,8 @@ def _same(value: Any, want: Any) -> bool:
 
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
     keep = pd.Series(True, index=runs.index)
+    if "role" not in selector:  # the frozen reference shares keys with real rows (k = null): named only
+        keep &= runs.get("tags.role", pd.Series(None, index=runs.index)) != "reference"
     for key, want in selector.items():
         if key == "experiment":
             col = runs["experiment"]
