@@ -49,6 +49,8 @@ def store(tmp_path_factory):
                  _overall(0.001, [0.0005, -0.0005, 0.001, 0.0, -0.001])),
         "p001": ("search", {"sharing.encoder_shared_layers": "None"},
                  _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
+        # the frozen reference also logs k = None: selectors skip it unless they name its role
+        "reference": ("reference", {"sharing.encoder_shared_layers": "None"}, _overall(0.2)),
     })
     _sweep(client, "study-freezing", {
         "baseline": ("baseline", {"freeze.layers": "0"}, _overall(0.0)),
