@@ -2,7 +2,8 @@
 
 Planted: 3-bert beats 1-bert at every seed (holds), hybrid ties 3-bert within a hair (≈ holds),
 freezing moves STS up at some seeds and down at others (inconclusive), S-S-I loses to I-I-I
-at every seed (contradicted); the cascade, PAL and loss-weight sweeps were never run.
+at every seed (contradicted), the weighting [sst .2 para .4 sts .4] loses to equal weights
+(holds); the cascade and PAL sweeps were never run.
 """
 from __future__ import annotations
 
@@ -62,6 +63,14 @@ def store(tmp_path_factory):
         "p000": ("search", {"sharing.head_regime": "S-S-I"},
                  _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
     })
+    # loss weights log spread over loss.weights.<task>; the selector's mapping matches key by key
+    _sweep(client, "study-loss-weights-frozen", {
+        "baseline": ("baseline", {"loss.weights": "None"}, _overall(0.0)),
+        "p000": ("search", {"loss.weights.sts": "0.4", "loss.weights.sst": "0.4", "loss.weights.para": "0.2"},
+                 _overall(0.01)),
+        "p001": ("search", {"loss.weights.sts": "0.4", "loss.weights.sst": "0.2", "loss.weights.para": "0.4"},
+                 _overall(-0.05, [0.002, -0.002, 0.001, 0.0, -0.001])),
+    })
     return uri
 
 
@@ -73,6 +82,7 @@ def test_planted_effects_get_their_verdicts(store):
     assert verdicts["hybrid-bert ≈ 3-bert"] == "holds"
     assert verdicts["freezing the bottom half lifts STS"] == "inconclusive"
     assert verdicts["S-S-I beats I-I-I on a frozen encoder"] == "contradicted"
+    assert verdicts["loss weights [sst .2 para .4 sts .4] below equal (frozen I-S-S)"] == "holds"
     for claim in ("cascade sst>para>sts lifts STS", "annealed sampling beats round robin",
                   "PALs ≈ no PALs with annealed sampling"):
         assert verdicts[claim] == "not run"
