@@ -21,7 +21,8 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 
 
 def ui_link(base: str, experiment_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            "?workflowType=machine_learning&viewStateShareKey=mtbert")
 
 from .conftest import cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
 
@@ -119,7 +120,8 @@ def _dom(url: str, chromium: str) -> str:
     """The page's DOM once the app has rendered (virtual time lets its requests finish)."""
     dom = ""
     for budget in (20000, 40000):
-        proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+        # Wide: the table renders only the columns in view.
+        proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=3200,900",
                                f"--virtual-time-budget={budget}", "--dump-dom", url],
                               capture_output=True, text=True, timeout=240)
         dom = proc.stdout
@@ -141,3 +143,7 @@ def test_the_experiment_page_opens_on_the_runs_table_in_a_browser(sweep):
     assert parent.info.run_name in text
     assert "Run Name" in text and "Dataset" in text and "sst-train" in text
     assert "Traces 0" not in text
+    # The saved view: scores as columns, best first.
+    assert "mtbert: scores" in text and "Sort: overall" in text
+    for column in ("overall", "sst_acc", "para_acc", "sts_corr", "tm_relative_score", "sharing.head_regime"):
+        assert f" {column} " in text, column
