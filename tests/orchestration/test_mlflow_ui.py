@@ -7,12 +7,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import requests
 from mlflow.tracking import MlflowClient
 
 
@@ -24,7 +20,7 @@ def ui_link(base: str, experiment_id: str) -> str:
     return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
             "?workflowType=machine_learning&viewStateShareKey=mtbert")
 
-from .conftest import cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
+from .conftest import mlflow_server_at, run_cli, write_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -34,28 +30,8 @@ TASKS = ("sst", "para", "sts")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-ui")
-    port = free_port()
-    log = open(root / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(uri + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()
-            time.sleep(0.5)
+    with mlflow_server_at(root) as uri:
         yield root, uri
-    finally:
-        stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
-        log.close()
 
 
 @pytest.fixture(scope="module")
