@@ -4,11 +4,13 @@
       model.pt        the best epoch's state dict
       config.yaml     the resolved training config (`mtbert train --config` re-runs it)
       tokenizer/      the tokenizer in Hugging Face layout (for `tiny`, the one trained on the data)
-      encoder/        the encoder's architecture (config.json) when it came from a hub name or
-                      folder: the weights are all in model.pt, so the original need not exist
+      encoder/        the encoder's architecture (transformers config.json)
       bundle.json     vocabulary size and padding id, the format version
 
-`load_model(dir)` rebuilds the model from these on CPU or GPU. Predictions go through the
+`load_model(dir)` rebuilds the model from these alone, on CPU or GPU: the architecture from
+encoder/, every weight from model.pt. config.yaml keeps the `model.name_or_path` it trained
+from (so `mtbert train --config` re-runs it), but loading never reads that folder or hub name:
+a bundle copied to another machine, without the pretrained model, loads the same. Predictions go through the
 same length-sorted batches as the training loop's dev evaluation, so a bundle's dev scores
 are the run's to the last digit on the same device.
 """
@@ -29,16 +31,35 @@ class BundleError(ValueError):
     """A folder that is not a model bundle: one line naming the folder and what is missing."""
 
 
+def _absolute_paths(raw: dict) -> dict:
+    """The config with its relative file paths made absolute: `mtbert predict --split dev` then
+    finds the data from any working directory, and `mtbert train --config` re-runs the same
+    files. (Loading the model itself reads none of these.)"""
+    from mtbert.hub import looks_local
+
+    def absolute(value):
+        return str(Path(value).expanduser().resolve()) if value else value
+
+    data = raw.get("data", {})
+    data["dir"] = absolute(data.get("dir"))
+    for files in (data.get("files") or {}).values():
+        for split in ("train", "dev", "test"):
+            files[split] = absolute(files.get(split))
+    model = raw.get("model", {})
+    if model.get("name_or_path") not in (None, "tiny") and looks_local(model["name_or_path"]):
+        model["name_or_path"] = absolute(model["name_or_path"])
+    return raw
+
+
 def save_bundle(path: str | Path, model, cfg, tokenizer) -> Path:
     from mtbert.config import to_dict
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), path / "model.pt")
-    (path / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    (path / "config.yaml").write_text(yaml.safe_dump(_absolute_paths(to_dict(cfg)), sort_keys=False))
     tokenizer.save_pretrained(path / "tokenizer")
-    if cfg.model.name_or_path != "tiny":
-        model.hf_config.save_pretrained(path / "encoder")
+    model.hf_config.save_pretrained(path / "encoder")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     (path / "bundle.json").write_text(json.dumps(
         {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_id,
@@ -133,9 +154,10 @@ class Bundle:
 
 def load_model(path: str | Path, device: str = "auto") -> Bundle:
     """Load a bundle folder (a run's `best/`) for prediction, on `device` (auto: CUDA if any)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import AutoConfig, PreTrainedTokenizerFast
 
     from mtbert.config import build_config, read_yaml
+    from mtbert.model.encoder import encoder_config
     from mtbert.model.multitask import MultitaskModel
     from mtbert.train import measure
 
@@ -145,15 +167,18 @@ def load_model(path: str | Path, device: str = "auto") -> Bundle:
         raise BundleError(f"{path}: not a model bundle (missing {', '.join(missing)}); "
                           "give the best/ folder of a run")
     meta = json.loads((path / "bundle.json").read_text())
-    raw = read_yaml(path / "config.yaml")
-    if raw.get("model", {}).get("name_or_path", "tiny") != "tiny":
-        # The architecture from the bundle; the weights from model.pt.
-        raw["model"]["name_or_path"] = str((path / "encoder").resolve())
-    cfg = build_config(raw, source=str(path / "config.yaml"))
+    cfg = build_config(read_yaml(path / "config.yaml"), source=str(path / "config.yaml"))
+    if (path / "encoder" / "config.json").is_file():
+        architecture = AutoConfig.from_pretrained(str(path / "encoder"))
+    elif cfg.model.name_or_path == "tiny":  # bundles written before tiny ones had encoder/
+        architecture = encoder_config(cfg, meta["vocab_size"])
+    else:
+        raise BundleError(f"{path}: not a model bundle (missing encoder/config.json, the "
+                          f"architecture of {cfg.model.name_or_path})")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path / "tokenizer"))
     dev = measure.pick_device(device)
     model = MultitaskModel(cfg, vocab_size=meta["vocab_size"], pad_token_id=meta["pad_token_id"],
-                           encoder_weights=False)
+                           encoder_architecture=architecture)
     model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
     model.to(dev).eval()
     return Bundle(model, tokenizer, cfg, dev, path)

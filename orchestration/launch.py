@@ -242,7 +242,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
-                                   outage_s=outage_s)
+                                   outage_s=outage_s, view=_runs_view(sweep))
     from orchestration.mlflow_extras import describe_parent
 
     describe_parent(tracking, sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
@@ -487,6 +487,24 @@ def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
             tracking.finish(trial.config, "FAILED", error=error_line(trial))
         n += 1
     return n
+
+
+def _runs_view(sweep) -> dict:
+    """The columns of the MLflow view the sweep's link opens: its objective first, then each
+    task's score and the swept keys (mlflow_extras.save_runs_view)."""
+    from mtbert.tasks import get_task
+
+    metric, mode = sweep.objectives[0]
+    # Tune's best_overall (the best epoch so far) is the run's final `overall` in MLflow.
+    metric = metric.removeprefix("best_")
+    tasks = []
+    for t in sweep.base.get("tasks") or []:
+        try:
+            tasks.append(get_task(t).metric_name)
+        except (KeyError, ValueError):  # a plug-in task the driver has not imported
+            pass
+    return {"objective": metric, "task_metrics": tasks, "swept": list(sweep.spec.space),
+            "ascending": mode == "min"}
 
 
 def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,

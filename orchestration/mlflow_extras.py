@@ -3,6 +3,11 @@
 - The experiment's kind: MLflow 3's UI opens an experiment on its GenAI overview ("Traces
   0") unless the experiment tag `mlflow.experimentKind` says `custom_model_development`
   (the values are the UI's ExperimentKind enum); with it, the runs table opens.
+- A saved runs-table view, "mtbert: scores", that the printed link opens: the objective, each
+  task's score, tm_relative_score, time, size and memory, and the swept keys as columns, best
+  first. MLflow 3.17 keeps a saved view as an experiment tag `mlflow.sharedViewState.<key>`
+  (its "Save as new view"; the envelope and state keys are what its JS reads) and opens it
+  from the URL parameter `viewStateShareKey=<key>`.
 - The run's source (`mlflow.source.name` = the sweep file, the git commit) for the Source column.
 - Every trial's training and dev data as MLflow dataset inputs, the tokenization-cache key as
   digest (the same key names the cached file under data.cache_dir), so the Dataset column
@@ -40,6 +45,42 @@ def mark_experiment(client, experiment_id: str) -> None:
     experiment = client.get_experiment(experiment_id)
     if EXPERIMENT_KIND_TAG not in (experiment.tags or {}):
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+VIEW_KEY = "mtbert"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views (experiment tags)
+VIEW_NAME = "mtbert: scores"
+VIEW_FIGURES = ["tm_relative_score", "train_time_s", "model_size_mb", "peak_memory_mb"]
+
+
+def runs_view(objective: str, task_metrics: list[str], swept: list[str], ascending: bool = False,
+              created_ms: int | None = None) -> str:
+    """The tag value of the saved view: MLflow's envelope (name, createdAt, updatedAt, state),
+    `state` the JSON of the runs table's search facets and UI state it restores. Columns are
+    keyed as the UI keys them (metrics.`name`, params.`name`, attributes.`Dataset`)."""
+    metrics = list(dict.fromkeys([objective, "overall", *task_metrics, *VIEW_FIGURES]))
+    columns = ([f"metrics.`{m}`" for m in metrics] + [f"params.`{k}`" for k in swept]
+               + ["attributes.`Dataset`", "attributes.`Models`"])
+    # columnOrder: the UI lists selected columns alphabetically within their group, else.
+    state = {"orderByKey": f"metrics.`{objective}`", "orderByAsc": ascending, "selectedColumns": columns,
+             "columnOrder": columns}
+    now = int(time.time() * 1000)
+    return json.dumps({"name": VIEW_NAME, "createdAt": created_ms or now, "updatedAt": now,
+                       "state": json.dumps(state)})
+
+
+def save_runs_view(client, experiment_id: str, objective: str, task_metrics: list[str], swept: list[str],
+                   ascending: bool = False) -> None:
+    """Write (or refresh, for this sweep's tasks and keys) the view the sweep's link opens."""
+    tag = VIEW_TAG_PREFIX + VIEW_KEY
+    created = None
+    old = (client.get_experiment(experiment_id).tags or {}).get(tag)
+    if old:
+        try:
+            created = int(json.loads(old)["createdAt"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    client.set_experiment_tag(experiment_id, tag, runs_view(objective, task_metrics, swept, ascending, created))
 
 
 def source_tags(sweep_file: str | None, commit: str | None) -> dict[str, str]:
@@ -349,10 +390,11 @@ __all__ = ["mark_experiment", "source_tags", "log_data", "SystemSampler", "log_m
 
 
 def ui_link(base: str, experiment_id: str) -> str:
-    """The experiment's runs table. MLflow 3.17's UI picks its view from a `workflowType`
-    URL parameter (else the browser's last choice, GenAI by default), not from the
-    experiment tag, so the link carries it."""
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    """The experiment's runs table in the sweep's saved view (save_runs_view). MLflow 3.17's UI
+    picks model training over GenAI from a `workflowType` URL parameter (else the browser's
+    last choice, GenAI by default), not from the experiment tag, so the link carries it."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
 
 
 def describe_parent(tracking, base_config: dict[str, Any]) -> None:

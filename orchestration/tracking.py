@@ -410,7 +410,8 @@ class SweepTracking:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: str, sweep_name: str,
               tags: dict[str, str], commit: str | None, state_dir: str | Path | None = None,
-              outage_s: float = 180.0) -> "SweepTracking":
+              outage_s: float = 180.0, view: dict | None = None) -> "SweepTracking":
+        """`view`: the keyword arguments of mlflow_extras.save_runs_view (the table the link opens)."""
         from mlflow.tracking import MlflowClient
 
         _quiet_http_env()
@@ -419,6 +420,8 @@ class SweepTracking:
         experiment_id = found.experiment_id if found else client.create_experiment(
             experiment, artifact_location=_artifact_location(uri, experiment))
         mlflow_extras.mark_experiment(client, experiment_id)  # [mlflow_extras] UI opens on model training
+        if view:
+            mlflow_extras.save_runs_view(client, experiment_id, **view)  # [mlflow_extras] the scores view
         all_tags = {"sweep": sweep_name, "role": "sweep", **({"git_commit": commit} if commit else {}), **tags}
         source = mlflow_extras.source_tags(tags.get("sweep_file"), commit)  # [mlflow_extras]
         run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})

@@ -3,7 +3,6 @@ an output folder is never left holding two runs' files."""
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,26 +14,8 @@ from orchestration.spec import load_sweep
 
 # Top-level on purpose (not in tests/orchestration, whose package name shadows `orchestration`
 # under --import-mode=importlib): the in-process calls below must reach this checkout's code.
-TINY_BASE = {
-    "model": {"name_or_path": "tiny", "tiny": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64},
-              "max_length": 32},
-    "data": {"source": "synthetic", "synthetic": {"train_size": 96, "dev_size": 48}},
-    "train": {"epochs": 2, "batch_size": 8, "device": "cpu"},
-    "sampling": {"steps_per_epoch": 4},
-}
-
-
-def write_sweep(path: Path, **sections) -> Path:
-    doc = {"base": TINY_BASE}
-    doc.update(sections)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The tiny sweep and its helpers are the orchestration tests' own.
+from .orchestration.conftest import TINY_BASE, free_port, write_sweep
 
 
 def error_line(capsys, argv: list[str]) -> str:

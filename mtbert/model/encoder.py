@@ -58,15 +58,17 @@ def position_limit(enc_config) -> int | None:
     return int(limit)
 
 
-def load_encoder(cfg: Config, vocab_size: int | None = None, weights: bool = True):
+def load_encoder(cfg: Config, vocab_size: int | None = None, architecture=None):
     """A BertModel-like module with .embeddings, .encoder.layer and (optionally) .pooler.
-    weights=False builds the architecture alone (a model bundle loads its own weights)."""
+    `architecture` (a transformers config) builds that encoder with random weights and never
+    reads `model.name_or_path`: a model bundle loads its own weights, and the folder or hub
+    name it was trained from need not exist where it is loaded."""
     from transformers import AutoModel, BertModel
 
-    if cfg.model.name_or_path == "tiny":
+    if architecture is not None:
+        enc = AutoModel.from_config(architecture)
+    elif cfg.model.name_or_path == "tiny":
         enc = BertModel(encoder_config(cfg, vocab_size), add_pooling_layer=True)
-    elif not weights:
-        enc = AutoModel.from_config(encoder_config(cfg))
     else:
         encoder_config(cfg)  # readable error for a missing directory or unknown hub name
         source, kwargs = pretrained_source(cfg.model.name_or_path, ConfigError)

@@ -138,7 +138,7 @@ def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class MultitaskModel(nn.Module):
     def __init__(self, cfg: Config, vocab_size: int | None = None, pad_token_id: int = 0,
-                 encoder_weights: bool = True):
+                 encoder_architecture=None):
         super().__init__()
         self.tasks: list[TaskSpec] = [get_task(t) for t in cfg.tasks]
         self.encoding = cfg.pairs.encoding
@@ -156,7 +156,8 @@ class MultitaskModel(nn.Module):
         self.length_buckets = cfg.train.length_buckets
         self.call_cost: float | None = None  # overrides the setting (tests, bench)
 
-        enc = load_encoder(cfg, vocab_size, weights=encoder_weights)
+        # encoder_architecture: build from this transformers config, weights random (a bundle).
+        enc = load_encoder(cfg, vocab_size, architecture=encoder_architecture)
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)
         self.num_layers = n = len(layers)

@@ -264,6 +264,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         recent: list[tuple[int, torch.Tensor, list[str]]] = []
         seqs, pad_tokens, all_tokens = 0, 0, 0
         epoch_t0 = timer.elapsed
+        if progress is not None:
+            progress.start_epoch()
         with timer:
             for step, step_tasks in enumerate(schedule, 1):
                 idx_of = [iters[t].next() for t in step_tasks]

@@ -1,8 +1,14 @@
 """A one-line progress bar for `mtbert train` on a terminal: epoch, step, loss, seq/s, ETA.
 
-train() calls `step()` after every optimizer step and `end_epoch()` after each epoch; the
-line is redrawn at most every `interval_s` (reading the loss is a device sync on a GPU, so
-it is read only when drawn). The CLI creates the bar only when stdout is a terminal.
+train() calls `start_epoch()` before an epoch's first step, `step()` after every step and
+`end_epoch()` after the epoch's evaluation; the line is redrawn at most every `interval_s`
+(reading the loss is a device sync on a GPU, so it is read only when drawn, and the clock is
+read after it). The CLI creates the bar only when stdout is a terminal.
+
+The rates: sequences/s is this epoch's sequences over the time since the epoch began, the
+quantity the epoch line's `seq/s` reports (evaluation is not in it); the ETA is the epoch's
+remaining steps at this epoch's step rate, plus each later epoch at the wall time of the last
+whole one (its evaluation and checkpoint included), or at the step rate until one has ended.
 """
 from __future__ import annotations
 
@@ -18,27 +24,37 @@ def _clock(seconds: float) -> str:
 
 
 class ProgressBar:
-    def __init__(self, epochs: int, stream: TextIO | None = None, interval_s: float = 0.2, width: int = 24):
+    def __init__(self, epochs: int, stream: TextIO | None = None, interval_s: float = 0.2, width: int = 24,
+                 clock=time.perf_counter):
         self.epochs = epochs
         self.stream = stream or sys.stdout
         self.interval_s = interval_s
         self.width = width
+        self.clock = clock
         self._drawn = 0.0
         self._epoch_t0: float | None = None
+        self._epoch_wall: float | None = None  # the last whole epoch, evaluation included
         self._shown = False
 
+    def start_epoch(self) -> None:
+        now = self.clock()
+        if self._epoch_t0 is not None:
+            self._epoch_wall = now - self._epoch_t0
+        self._epoch_t0 = now
+        self._drawn = 0.0
+
     def step(self, epoch: int, step: int, steps: int, seqs: int, losses) -> None:
-        now = time.perf_counter()
-        if self._epoch_t0 is None:
-            self._epoch_t0 = now
-        if now - self._drawn < self.interval_s and step != steps:
+        """`seqs`: sequences trained so far in this epoch (all tasks of the steps so far)."""
+        if self._epoch_t0 is None:  # a caller that never said when the epoch began
+            self._epoch_t0 = self.clock()
+        if self.clock() - self._drawn < self.interval_s and step != steps:
             return
-        self._drawn = now
+        loss = float(losses.sum()) if hasattr(losses, "sum") else float(losses)  # syncs a GPU
+        now = self._drawn = self.clock()
         elapsed = max(now - self._epoch_t0, 1e-9)
-        loss = float(losses.sum()) if hasattr(losses, "sum") else float(losses)
-        rate = step / elapsed
-        # Remaining steps of this epoch plus the epochs after it at this epoch's pace.
-        eta = (steps - step) / rate + (self.epochs - epoch) * steps / rate
+        step_s = elapsed / max(step, 1)
+        later = self._epoch_wall if self._epoch_wall is not None else steps * step_s
+        eta = (steps - step) * step_s + (self.epochs - epoch) * later
         filled = int(self.width * step / max(steps, 1))
         bar = "#" * filled + "-" * (self.width - filled)
         line = (f"epoch {epoch}/{self.epochs} [{bar}] step {step}/{steps} loss {loss:.4f} "
@@ -48,7 +64,6 @@ class ProgressBar:
         self._shown = True
 
     def end_epoch(self) -> None:
-        self._epoch_t0 = None
         self._drawn = 0.0
 
     def log(self, message: str) -> None:

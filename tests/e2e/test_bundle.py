@@ -3,6 +3,7 @@ predicts files in the CS224N hand-in layout whose ids are the input's, and score
 split exactly as the run did."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,42 @@ def test_load_model_predicts_raw_text(run):
 def test_not_a_bundle_is_one_line(tmp_path):
     proc = _cli("predict", "--model", str(tmp_path))
     assert proc.returncode == 2 and "not a model bundle" in proc.stderr and "Traceback" not in proc.stderr
+
+
+ROOT = Path(__file__).resolve().parents[2]
+MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
+MINBERT = ROOT / ".." / "shared" / "data" / "minbert"
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.skipif(not (MINILM.is_dir() and MINBERT.is_dir()),
+                    reason="../shared/models/all-MiniLM-L6-v2 or ../shared/data/minbert absent")
+def test_pretrained_bundle_predicts_elsewhere_without_the_model_folder(tmp_path):
+    """A bundle from a pretrained encoder carries every weight: trained from a copy of MiniLM
+    given as a relative path, moved away, the copy deleted, it predicts from another working
+    directory and scores the dev split to the last digit of the run (fp32 on CPU)."""
+    shutil.copytree(MINILM, tmp_path / "minilm")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _cli("train", "--output", "out", "--set", "model.name_or_path=../minilm",
+                "--set", "data.source=cs224n", "--set", f"data.dir={os.path.relpath(MINBERT, work)}",
+                "--set", "data.max_train_examples=32", "--set", "data.max_dev_examples=24",
+                "--set", "data.cache_dir=cache", "--set", "train.epochs=1",
+                "--set", "sampling.steps_per_epoch=2", "--set", "model.max_length=32",
+                "--set", "train.precision=fp32", "--set", "train.device=cpu", cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((work / "out" / "result.json").read_text())
+    shutil.move(work / "out" / "best", tmp_path / "bundle")
+    shutil.rmtree(tmp_path / "minilm")
+    shutil.rmtree(work)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = _cli("predict", "--model", "../bundle", "--split", "dev", "--output", "pred", "--device", "cpu",
+                cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scores = json.loads((elsewhere / "pred" / "scores-dev.json").read_text())
+    m = run["metrics"]
+    assert scores == {"sst": m["sst_acc"], "para": m["para_acc"], "sts": m["sts_corr"]}
+    for stem in ("sst", "para", "sts"):
+        assert len(read_predictions(elsewhere / "pred" / f"{stem}-dev-output.csv")) == 24

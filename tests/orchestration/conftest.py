@@ -7,9 +7,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,3 +107,31 @@ def stop_pids(pids: list[int], grace_s: float = 10.0) -> None:
             time.sleep(0.1)
         if not any(_alive(p) for p in pids):
             return
+
+
+@contextmanager
+def mlflow_server_at(root: Path, start_timeout_s: float = 120) -> Iterator[str]:
+    """A real `mlflow server` on a free 127.0.0.1 port, its store and artifacts under `root`:
+    yields its URI once /health answers; stopped by PID (with its workers) on the way out."""
+    port = free_port()
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+         "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            try:
+                if requests.get(uri + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()
+            time.sleep(0.5)
+        yield uri
+    finally:
+        stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
+        log.close()

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
 from mtbert.train.metrics import tm_relative_score
 
-from .conftest import SWEEPS, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
+from .conftest import (SWEEPS, cli_env, descendants, free_port, mlflow_server_at, run_cli, stop_pids,
+                       write_sweep)
 
 pytestmark = pytest.mark.slow
 
@@ -101,28 +101,8 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = free_port()
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if requests.get(uri + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-            time.sleep(0.5)
+    with mlflow_server_at(tmp_path, start_timeout_s=90) as uri:
         yield uri
-    finally:
-        stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
-        log.close()
 
 
 def _wait_for(predicate, timeout: float, what: str, proc=None, log: Path | None = None):

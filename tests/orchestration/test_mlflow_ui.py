@@ -7,12 +7,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import requests
 from mlflow.tracking import MlflowClient
 
 
@@ -21,9 +17,10 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 
 
 def ui_link(base: str, experiment_id: str) -> str:
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            "?workflowType=machine_learning&viewStateShareKey=mtbert")
 
-from .conftest import cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
+from .conftest import mlflow_server_at, run_cli, write_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -33,28 +30,8 @@ TASKS = ("sst", "para", "sts")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-ui")
-    port = free_port()
-    log = open(root / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(uri + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (root / "server.log").read_text()
-            time.sleep(0.5)
+    with mlflow_server_at(root) as uri:
         yield root, uri
-    finally:
-        stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
-        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +96,8 @@ def _dom(url: str, chromium: str) -> str:
     """The page's DOM once the app has rendered (virtual time lets its requests finish)."""
     dom = ""
     for budget in (20000, 40000):
-        proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+        # Wide: the table renders only the columns in view.
+        proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=3200,900",
                                f"--virtual-time-budget={budget}", "--dump-dom", url],
                               capture_output=True, text=True, timeout=240)
         dom = proc.stdout
@@ -141,3 +119,7 @@ def test_the_experiment_page_opens_on_the_runs_table_in_a_browser(sweep):
     assert parent.info.run_name in text
     assert "Run Name" in text and "Dataset" in text and "sst-train" in text
     assert "Traces 0" not in text
+    # The saved view: scores as columns, best first.
+    assert "mtbert: scores" in text and "Sort: overall" in text
+    for column in ("overall", "sst_acc", "para_acc", "sts_corr", "tm_relative_score", "sharing.head_regime"):
+        assert f" {column} " in text, column

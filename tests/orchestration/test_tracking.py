@@ -15,6 +15,8 @@ from mlflow.tracking import MlflowClient
 from mtbert.config import build_config
 from mtbert.train.metrics import tm_relative_score
 from orchestration.errors import TrackingUnavailable
+from orchestration.launch import _runs_view
+from orchestration.mlflow_extras import save_runs_view
 from orchestration.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
                                       sort_table)
 from orchestration.plan import Planner
@@ -59,7 +61,8 @@ def swept(tmp_path_factory):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     check_tracking(uri)
     tracking = SweepTracking.start(uri, "exp", "tiny-run", sweep.name,
-                                   {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime"}, "deadbeef")
+                                   {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime"}, "deadbeef",
+                                   view=_runs_view(sweep))
     trials = {t["key"]: t for t in Planner(sweep).fixed_trials()}
     ids = {
         "baseline-s0": run_trial(tracking, trials["baseline-s0"], [0.30, 0.40, 0.35], 10.0, 2.0),
@@ -228,3 +231,33 @@ def test_final_figures_take_the_first_best_epoch():
 def test_unusable_sqlite_folder_fails_in_one_line(tmp_path):
     with pytest.raises(TrackingUnavailable, match="folder .* does not exist"):
         check_tracking(f"sqlite:///{tmp_path / 'no' / 'such' / 'mlflow.db'}")
+
+
+# What MLflow 3.17's runs page reads from a saved view (its JS, spelled out: the contract):
+# the experiment tag mlflow.sharedViewState.<key>, an envelope whose `state` is the JSON of
+# these search-facet and UI-state keys.
+VIEW_STATE_KEYS = {"searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter",
+                   "modelVersionFilter", "datasetsFilter", "selectedColumns", "columnOrder", "columnWidths",
+                   "runsHiddenMode", "compareRunCharts", "compareRunSections", "viewMaximized",
+                   "runListHidden", "isAccordionReordered", "groupBy", "groupsExpanded",
+                   "useGroupedValuesInCharts", "hideEmptyCharts", "globalLineChartConfig", "chartsSearchFilter"}
+
+
+def test_the_experiment_holds_the_saved_scores_view_the_link_opens(swept):
+    import json
+
+    tracking, _, _ = swept
+    tags = tracking.client.get_experiment(tracking.experiment_id).tags
+    envelope = json.loads(tags["mlflow.sharedViewState.mtbert"])
+    assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
+    state = json.loads(envelope["state"])
+    assert set(state) <= VIEW_STATE_KEYS
+    assert state["orderByKey"] == "metrics.`overall`" and state["orderByAsc"] is False
+    assert state["selectedColumns"][:5] == ["metrics.`overall`", "metrics.`sst_acc`", "metrics.`para_acc`",
+                                            "metrics.`sts_corr`", "metrics.`tm_relative_score`"]
+    assert "params.`sharing.head_regime`" in state["selectedColumns"]
+    # A later sweep into the same experiment refreshes the view and keeps its creation time.
+    save_runs_view(tracking.client, tracking.experiment_id, "tm_relative_score", ["sst_acc"], [])
+    again = json.loads(tracking.client.get_experiment(tracking.experiment_id).tags["mlflow.sharedViewState.mtbert"])
+    assert again["createdAt"] == envelope["createdAt"]
+    assert json.loads(again["state"])["orderByKey"] == "metrics.`tm_relative_score`"
