@@ -128,5 +128,5 @@ def test_a_deterministic_failure_is_not_retried_nor_resumed(tmp_path):
     assert by_key["baseline-s0"].info.status == "FINISHED"
     board = run_cli(["leaderboard", "--experiment", "nan", "--tracking-uri", uri], cwd=tmp_path)
     assert board.returncode == 0, board.stdout + board.stderr
-    [row] = [line for line in board.stdout.splitlines() if "✗" in line]
+    [row] = [line for line in board.stdout.splitlines() if line.startswith("|") and "✗" in line]
     assert "TrainingError: loss of task" in row and ("is nan" in row or "is inf" in row), row
