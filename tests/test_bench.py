@@ -33,8 +33,9 @@ def test_orchestration_bench_runs_a_real_sweep():
 
 @pytest.mark.slow
 def test_orchestration_bench_sleep_trainable_two_sizes():
-    out = run("orchestration.py", "--trials", "2,3", "--trainable", "sleep", "--sleep-s", "0.2", "--steps", "2")
+    out = run("orchestration.py", "--trials", "2,3", "--trainable", "sleep", "--sleep-s", "0.2", "--steps", "2", "--server")
     assert "sleep trainable: 0.20 s per trial" in out and "growth exponent of MLflow time" in out, out
+    assert "MLflow server http://127.0.0.1:" in out, out
 
 
 @pytest.mark.slow
