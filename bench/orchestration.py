@@ -1,11 +1,19 @@
 """What the sweep machinery costs on top of training, and how it grows with the sweep.
 
-    python bench/orchestration.py [--trials 16,64,256,1024] [--epochs 1] [--steps 10] [--concurrency 2]
-                                  [--tracking-uri http://127.0.0.1:5000]
+    python bench/orchestration.py [--trials 16,64,256,1024] [--trainable real|sleep] [--epochs 1]
+                                  [--steps 10] [--concurrency 2] [--server | --tracking-uri URI]
 
-Runs, for each size N, a real sweep (local Ray, sqlite MLflow unless --tracking-uri, tiny
-model on synthetic data) of N trials in a temporary folder. Learning rates are a grid inside
-[3e-4, 3e-3], so no trial diverges and the figures are about orchestration, not failures.
+Runs, for each size N, a real sweep (local Ray, sqlite MLflow unless --server or
+--tracking-uri, tiny model on synthetic data) of N trials in a temporary folder. Learning
+rates are a grid inside [3e-4, 3e-3], so no trial diverges and the figures are about
+orchestration, not failures.
+  --trainable sleep  each trial sleeps for the time one real tiny trial took (measured once,
+                     in this process, before the sweeps; or --sleep-s) and reports that
+                     trial's own epoch metrics and a checkpoint per epoch: orchestration and
+                     MLflow cost without training noise, the same for every size.
+  --server           a real `mlflow server` (sqlite backend in a temporary folder, a free
+                     127.0.0.1 port), started here and stopped by its PID: every MLflow call is
+                     an HTTP round trip, as on a cluster.
 Per size it prints:
   wall             sweep wall time (Ray start, data, trials, tracking, final passes)
   trial            summed trial time: each trial function's own wall time as Tune measures
@@ -56,6 +64,103 @@ def bench_sweep(trials: int, epochs: int, steps: int, concurrency: int) -> dict:
     }
 
 
+def measure_real_trial(args) -> tuple[list[dict], float]:
+    """One real tiny trial, in this process: its per-epoch reports and its wall time."""
+    from mtbert.config import build_config
+    from mtbert.data.tokenize import prepare
+    from mtbert.train.loop import train
+
+    with tempfile.TemporaryDirectory(prefix="mtbert-bench-") as tmp:
+        os.chdir(tmp)
+        base = bench_sweep(2, args.epochs, args.steps, args.concurrency)["base"]
+        cfg = build_config({**base, "optim": {"lr": 1e-3}})
+        prepared = prepare(cfg, log=None)  # tokenized once, as the sweep's driver does
+        reports: list[dict] = []
+        t0 = time.perf_counter()
+        train(cfg, reporter=lambda metrics, _ckpt: reports.append(dict(metrics)), prepared=prepared, log=None)
+        wall = time.perf_counter() - t0
+        os.chdir(ROOT)
+    return reports, wall
+
+
+def sleep_trainable(reports: list[dict], wall_s: float):
+    """A Tune function trainable that sleeps a real trial's time and reports its metrics."""
+    per_epoch = wall_s / max(len(reports), 1)
+
+    def sleep_trial(config: dict) -> None:
+        import json as _json
+
+        from ray import tune
+
+        for metrics in reports:
+            time.sleep(per_epoch)
+            with tempfile.TemporaryDirectory() as ckpt:
+                Path(ckpt, "state.json").write_text(_json.dumps({"epoch": metrics.get("epoch")}))
+                tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(ckpt))
+
+    return sleep_trial
+
+
+def use_trainable(trainable) -> None:
+    """Swap the sweep's trainable (run_sweep builds it through launch._trainable)."""
+    from ray import tune
+
+    import orchestration.launch as launch
+
+    launch._trainable = lambda cpu, gpu: tune.with_resources(trainable, {"cpu": cpu, "gpu": gpu})
+
+
+class MlflowServer:
+    """`mlflow server` on a free 127.0.0.1 port with a sqlite store in a temporary folder."""
+
+    def __enter__(self) -> str:
+        import socket
+        import subprocess
+
+        import requests
+
+        self.tmp = tempfile.TemporaryDirectory(prefix="mtbert-bench-server-")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        self.log = open(Path(self.tmp.name) / "server.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+             "--backend-store-uri", f"sqlite:///{self.tmp.name}/server.db",
+             "--artifacts-destination", f"{self.tmp.name}/artifacts", "--workers", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.uri = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(self.uri + "/health", timeout=2).status_code == 200:
+                    return self.uri
+            except requests.RequestException:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise SystemExit(f"mlflow server did not start: {(Path(self.tmp.name) / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        # The server's process group is its own (start_new_session): its workers go with it.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(10)
+                break
+            except Exception:  # noqa: BLE001 - still there: SIGKILL
+                continue
+        self.log.close()
+        self.tmp.cleanup()
+
+
 def one_size(trials: int, args) -> dict:
     from orchestration.launch import run_sweep
 
@@ -94,15 +199,46 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10, help="training steps per epoch")
     parser.add_argument("--concurrency", type=int, default=2, help="trials at once (one CPU each)")
+    parser.add_argument("--trainable", choices=("real", "sleep"), default="real",
+                        help="real: train the tiny model; sleep: sleep a real trial's time, same reports")
+    parser.add_argument("--sleep-s", type=float, default=None,
+                        help="with --trainable sleep: seconds per trial instead of the measured ones (a "
+                        "loaded machine stretches the measurement; ~1 s is a tiny trial on a quiet core)")
     parser.add_argument("--tracking-uri", default=None, help="an MLflow server to measure against "
                         "(default: a sqlite store in the temporary folder)")
+    parser.add_argument("--server", action="store_true", help="start a local `mlflow server` (sqlite "
+                        "backend, temporary folder) and measure against it")
     args = parser.parse_args()
+    if args.server and args.tracking_uri:
+        parser.error("--server starts its own server: leave out --tracking-uri")
+    if args.trainable == "sleep":
+        reports, wall = measure_real_trial(args)
+        how = "one real tiny trial, measured here"
+        if args.sleep_s is not None:
+            how = f"--sleep-s; the real trial took {wall:.2f} s here"
+            wall = args.sleep_s
+        use_trainable(sleep_trainable(reports, wall))
+        print(f"sleep trainable: {wall:.2f} s per trial ({how}), {len(reports)} epoch report(s)")
+    if args.server:
+        with MlflowServer() as uri:
+            args.tracking_uri = uri
+            run_sizes(args, server=True)
+    else:
+        run_sizes(args)
+
+
+def run_sizes(args, server: bool = False) -> None:
     sizes = [int(t) for t in str(args.trials).split(",") if t.strip()]
     c = args.concurrency
-    print(f"{args.epochs} epoch(s) x {args.steps} steps per trial, {c} at once, "
-          f"MLflow {args.tracking_uri or 'sqlite (temporary)'}")
+    print(f"{args.epochs} epoch(s) x {args.steps} steps per trial, {args.trainable} trainable, {c} at once, "
+          f"MLflow {('server ' if server else '') + (args.tracking_uri or 'sqlite (temporary)')}")
     print(f"{'trials':>7} {'failed':>6} {'wall s':>8} {'trial s':>8} {'ratio xC':>8} {'MLflow s':>8} "
           f"{'MLflow/trial s':>14} {'calls/trial':>11}")
+    # Ray once for every size, started here: its workers keep the driver's working folder,
+    # and each size's temporary folder is gone when the next size starts.
+    from orchestration.launch import _init_ray
+
+    _init_ray(None, c)
     rows = []
     for n in sizes:
         r = one_size(n, args)

@@ -17,6 +17,74 @@ from orchestration.tracking import SweepTracking
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 
 
+# --------------------------------------------------------------------------- final errors
+
+FINAL_ATTR = "mtbert_final_error"  # on a Tune Trial (kept in Tune's saved state): not to be retried
+
+
+def final_error_types() -> tuple[type, ...]:
+    """Errors that fail the same way on every run of the same config: a non-finite loss at a
+    fixed seed, a bad config. Retrying them (FailureConfig.max_failures, `sweep resume`) only
+    burns the budget, so they fail the trial at once."""
+    from mtbert.config import ConfigError
+    from mtbert.train.loop import TrainingError
+
+    from orchestration.errors import SweepError
+
+    return (TrainingError, ConfigError, SweepError)
+
+
+def _is_final(exc: BaseException | None) -> bool:
+    """Ray wraps a trial's exception (RayTaskError); its cause is the trainable's own."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, final_error_types()):
+            return True
+        exc = getattr(exc, "cause", None) or exc.__cause__
+        seen += 1
+    return False
+
+
+_installed = False
+
+
+def install_final_errors() -> None:
+    """Make Tune treat a deterministic trial error as final. Tune has no hook for it: its
+    controller asks `Trial.should_recover()` (failures <= max_failures) right after
+    `Trial.handle_error(exc)`, before any callback runs, and `Tuner.restore(resume_errored=True)`
+    re-queues every errored trial. So, in the driver only: handle_error marks the trial (an
+    attribute Tune saves with the trial), should_recover says no for a marked trial, and a
+    restore leaves marked trials ERROR (as ResumeConfig's SKIP does) while the others resume.
+    Idempotent; a crash (a killed worker, an OOM, a lost node) is still retried."""
+    global _installed
+    if _installed:
+        return
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    handle_error, should_recover = Trial.handle_error, Trial.should_recover
+    requeue = TuneController._requeue_restored_trials
+
+    def mark_final(self, exc=None):
+        if _is_final(exc):
+            setattr(self, FINAL_ATTR, True)
+        return handle_error(self, exc)
+
+    def no_retry_if_final(self):
+        return not getattr(self, FINAL_ATTR, False) and should_recover(self)
+
+    def keep_final_failed(self, trials, resume_config):
+        final = [t for t in trials if t.status == Trial.ERROR and getattr(t, FINAL_ATTR, False)]
+        requeue(self, [t for t in trials if t not in final], resume_config)
+        for trial in final:
+            self.add_trial(trial)
+
+    Trial.handle_error = mark_final
+    Trial.should_recover = no_retry_if_final
+    TuneController._requeue_restored_trials = keep_final_failed
+    _installed = True
+
+
 def error_line(trial) -> str:
     """The one line that says why a trial failed (the exception, not Ray's traceback)."""
     text = ""
@@ -224,7 +292,8 @@ class ProgressPrinter(Callback):
                     f"train {result.get('train_time_s', 0):.1f}s{note}")
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}")
+        final = " (deterministic: not retried)" if getattr(trial, FINAL_ATTR, False) else ""
+        self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}{final}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         # Say what it resumes from: a trial that failed before its first epoch has no checkpoint.

@@ -156,6 +156,11 @@ def _quiet_tune() -> None:
     import logging
 
     logging.getLogger("ray.tune.execution.tune_controller").setLevel(logging.CRITICAL)
+    # A non-finite loss or a bad config fails the same way every time: never retried, never
+    # re-run by `sweep resume` (callbacks.install_final_errors); crashes still are.
+    from orchestration.callbacks import install_final_errors
+
+    install_final_errors()
 
 
 def _trial_name(trial) -> str:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ray.train
 from ray import tune
 
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
@@ -25,20 +24,26 @@ def _file_log(path: Path):
     return log
 
 
-def _trial_folder() -> Path:
+def _trial_folder() -> tuple[Path, str | None]:
     """The trial's folder in the sweep's storage (runs/<sweep>/<trial>), where train.log and
-    the model belong. Not get_trial_dir(): on a reused actor that is a scratch folder in Ray's
-    session directory, which Tune does not copy back, so most trials lost their train.log.
-    Storage that is not a local path (s3://...) keeps Tune's working folder."""
+    the model belong, and why not, if it is not. Not get_trial_dir(): on a reused actor that
+    is a scratch folder in Ray's session directory (working_dirs/), which Tune never copies
+    back, so most trials lost their train.log. Not ray.train.get_context().get_storage()
+    either: inside a Tune function Ray 2.60 raises a DeprecationWarning there, which used to
+    send every trial to that scratch folder. The trial's own session holds its storage,
+    reused actor or not. Storage that is not a local path (s3://...) keeps Tune's folder."""
     import pyarrow.fs
 
     try:
-        storage = ray.train.get_context().get_storage()
+        from ray.train._internal.session import get_session
+
+        storage = get_session().storage
         if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
-            return Path(storage.trial_fs_path)
-    except Exception:  # noqa: BLE001 - a Ray without that developer API: Tune's folder
-        pass
-    return Path(tune.get_context().get_trial_dir())
+            return Path(storage.trial_fs_path), None
+        why = f"storage {storage.storage_filesystem.type_name} is not a local folder"
+    except Exception as exc:  # noqa: BLE001 - that developer API moved: say so in the log
+        why = f"Ray's trial storage unavailable ({type(exc).__name__}: {exc})"
+    return Path(tune.get_context().get_trial_dir()), why
 
 
 def run_trial(config: dict[str, Any]) -> None:
@@ -48,10 +53,12 @@ def run_trial(config: dict[str, Any]) -> None:
     if "__invalid__" in config["config"]:
         raise ConfigError(f"trial {config['key']}: {config['config']['__invalid__']}")
     cfg = build_config(config["config"], source=f"trial {config['key']}")
-    trial_dir = _trial_folder()
+    trial_dir, elsewhere = _trial_folder()
     trial_dir.mkdir(parents=True, exist_ok=True)
     log = _file_log(trial_dir / LOG_NAME)
     log(f"trial {config['key']} pid {os.getpid()}")
+    if elsewhere:
+        log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")
 
     from orchestration.mlflow_extras import SystemSampler
 

@@ -31,6 +31,21 @@ def test_orchestration_bench_runs_a_real_sweep():
     assert "overhead ratio" in out and "MLflow" in out, out
 
 
+@pytest.mark.slow
+def test_orchestration_bench_sleep_trainable_two_sizes():
+    out = run("orchestration.py", "--trials", "2,3", "--trainable", "sleep", "--sleep-s", "0.2", "--steps", "2", "--server")
+    assert "sleep trainable: 0.20 s per trial" in out and "growth exponent of MLflow time" in out, out
+    assert "MLflow server http://127.0.0.1:" in out, out
+
+
+@pytest.mark.slow
+def test_leaderboard_bench_times_both_readers():
+    out = run("leaderboard.py", "--runs", "40", "--generic")
+    for line in ("40 child runs written", "SQL reader", "mlflow.search_runs", "build and sort the table",
+                 "mtbert leaderboard (end to end)"):
+        assert line in out, out
+
+
 MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
 
 

@@ -84,6 +84,16 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
                                                        str(tmp_path))).read_text())
     assert result["metrics"]["overall"] == children[0].data.metrics["overall"] and result["epochs"]
     assert (tmp_path / "runs").is_dir() and (tmp_path / "mlartifacts" / "smoke").is_dir()
+    # Every trial's train.log in its own folder of the sweep's storage, reused actor or not
+    # (not in Ray's working_dirs/, which Tune never copies back).
+    [run_dir] = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    trials = sorted(d for d in run_dir.iterdir() if (d / "params.json").is_file())
+    assert len(trials) == 4, trials
+    for folder in trials:
+        assert (folder / "train.log").is_file(), f"no train.log in {folder}"
+        log = (folder / "train.log").read_text()
+        assert f" trial {folder.name.rsplit('_', 1)[0]} pid " in log.splitlines()[0], log  # its own
+        assert " epoch 1/" in log and "working folder" not in log, log
 
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
