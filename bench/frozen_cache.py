@@ -15,14 +15,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import torch
-
+from _real import MINBERT, MINILM, parse_or_skip
 from mtbert.config import build_config
 from mtbert.train.loop import train
 
-ROOT = Path(__file__).resolve().parents[1]
-MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
-MINBERT = ROOT / ".." / "shared" / "data" / "minbert"
 
 
 def run(freeze: int, cache: bool, args, tmp: Path) -> dict:
@@ -42,12 +38,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--examples", type=int, default=800, help="training rows per task")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    if not MINILM.is_dir() or not MINBERT.is_dir():
-        print("../shared model or data not found: skipped")
+    args = parse_or_skip(ap)
+    if args is None:
         return
-    torch.set_num_threads(args.threads)
     print(f"MiniLM, CS224N data ({args.examples} training rows per task), tuple sampling, "
           f"batch 16, {args.epochs} epochs, {args.threads} thread(s)")
     with tempfile.TemporaryDirectory() as tmp:

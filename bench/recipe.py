@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from _real import MINBERT, MINILM, ROOT, parse_or_skip
 from mtbert.config import build_config
 from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
@@ -32,9 +32,6 @@ from mtbert.tasks import get_task
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
 from mtbert.train.weighting import make_weighting
 
-ROOT = Path(__file__).resolve().parents[1]
-MINILM = ROOT / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
-MINBERT = ROOT / ".." / "shared" / "data" / "minbert"
 RAW = {"model": {"name_or_path": str(MINILM), "max_length": 128}, "sampling": {"strategy": "tuple"},
        "train": {"batch_size": 16, "device": "cpu"},
        "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
@@ -116,12 +113,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    if not MINILM.is_dir() or not MINBERT.is_dir():
-        print("../shared model or data not found: skipped")
+    args = parse_or_skip(ap)
+    if args is None:
         return
-    torch.set_num_threads(args.threads)
     prepared = prepare(build_config(RAW), log=None)
     arms = [Arm("hand fp32", False, prepared, True), Arm("hand bf16", True, prepared, True),
             Arm("mtbert fp32", False, prepared, False), Arm("mtbert bf16", True, prepared, False)]
