@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mtbert.train.loop import TrainingError
+    from mtbert.errors import TrainingError
 
     args = build_parser().parse_args(argv)
     try:

@@ -27,7 +27,7 @@ def final_error_types() -> tuple[type, ...]:
     fixed seed, a bad config. Retrying them (FailureConfig.max_failures, `sweep resume`) only
     burns the budget, so they fail the trial at once."""
     from mtbert.config import ConfigError
-    from mtbert.train.loop import TrainingError
+    from mtbert.errors import TrainingError
 
     from orchestration.errors import SweepError
 

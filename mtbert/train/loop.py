@@ -25,6 +25,7 @@ from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, task_schedule
 from mtbert.data.tokenize import Prepared, collate, prepare
 from mtbert.data.types import Batch
+from mtbert.errors import TrainingError
 from mtbert.model.multitask import MultitaskModel, Packed, count_params, model_size_mb, pack
 from mtbert.tasks import get_task
 from mtbert.train import measure
@@ -35,10 +36,6 @@ from mtbert.train.state import STATE_FILE, capture_rng, restore_rng, sampler_pos
 from mtbert.train.weighting import Weighting, make_weighting
 
 Reporter = Callable[[dict, "str | None"], None]
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
 
 
 @dataclass

@@ -1,0 +1,6 @@
+"""Errors the command line turns into one line. Here, not in train/loop.py, so that catching
+them does not import torch and transformers (seconds on every `mtbert` command)."""
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
