@@ -33,7 +33,7 @@ import pandas as pd
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
 from orchestration.labels import fmt_lr, fmt_weighting, parse_param, regime_label
-from orchestration.stats import paired_delta
+from orchestration.stats import paired_delta, t_quantile
 
 FORMATS = ("md", "csv", "latex", "html")
 # Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
@@ -169,12 +169,11 @@ def _status(runs: pd.DataFrame) -> pd.Series:
 
 
 def _ci95(std: pd.Series, count: pd.Series) -> pd.Series:
-    """95% t-interval half-widths from a column's seed std and count (NaN where n < 2)."""
-    from scipy.stats import t
-
+    """95% t-interval half-widths from a column's seed std and count (NaN where n < 2): the
+    quantile of stats.t_quantile, looked up once per distinct n, not once per row."""
     n = count.astype(float)
-    df = (n - 1).where(n > 1)
-    return pd.Series(t.ppf(0.975, df) * std / n.pow(0.5), index=std.index).where(n > 1)
+    quantile = {k: t_quantile(int(k) - 1) for k in n.unique() if k > 1}
+    return n.map(quantile) * std / n.pow(0.5)
 
 
 def _paired_deltas(done: pd.DataFrame, metric: str) -> pd.DataFrame:
