@@ -375,7 +375,7 @@ def log_models(tracking, results, which: str, register_as: str | None,
                 continue
             name = register_as if run is runs[0] else None  # the registry gets the best only
             model_uri = log_bundle(tracking.uri, run.info.run_id, bundle, name)
-        tracking._put({"do": "log", "ref": key, "tags": [["model_uri", model_uri]]})
+        tracking._put({"do": "log", "ref": key, "tags": [["model_uri", model_uri]], "sweep_pass": True})
         done.append((key, model_uri))
         log(f"model: {key} logged to its run as {model_uri}"
             + (f", registered as '{register_as}'" if name else ""))

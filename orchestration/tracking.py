@@ -346,7 +346,9 @@ class SweepTracking:
         """One queued write (runs in the outbox's writer thread)."""
         client = self.client
         ref = op["ref"]
-        client.ref = ref
+        # A whole-sweep pass's writes (end-of-sweep TM backfill, model tags, closing runs left
+        # open) are counted as the sweep's, not the trial's: they happen once, not per trial.
+        client.ref = PARENT if op.get("sweep_pass") else ref
         do = op["do"]
         if do == "child":
             self._ensure_child(op, replay)
@@ -627,9 +629,9 @@ class SweepTracking:
             if run.info.status == "RUNNING":
                 key = run.data.tags.get("trial_key", run.info.run_id)
                 self.live.runs.setdefault(key, run.info.run_id)
-                self._put({"do": "log", "ref": key, "tags": [
+                self._put({"do": "log", "ref": key, "sweep_pass": True, "tags": [
                     ["error", "the sweep ended before this trial did"], ["interrupted", "sweep ended"]]})
-                self._put({"do": "end", "ref": key, "status": status})
+                self._put({"do": "end", "ref": key, "status": status, "sweep_pass": True})
                 n += 1
         self.flush()
         return n
@@ -664,7 +666,7 @@ class SweepTracking:
             key = run.data.tags.get("trial_key", run.info.run_id)
             self.live.runs.setdefault(key, run.info.run_id)
             self._put({"do": "log", "ref": key, "metrics": [[k, v, now, 0] for k, v in stale.items()],
-                       "tags": sorted(stale_tags.items())})
+                       "tags": sorted(stale_tags.items()), "sweep_pass": True})
             updated += 1
         self.flush()
         return updated

@@ -23,6 +23,9 @@ def test_last_trials_cost_no_more_mlflow_calls_than_the_first(tmp_path):
     order = ["baseline-s0", *[f"p{i:03d}-s0" for i in range(39)]]  # the grid runs in this order
     assert all(calls.get(key, 0) > 0 for key in order), calls
     first, last = sum(calls[k] for k in order[:10]), sum(calls[k] for k in order[-10:])
-    assert last <= first, (first, last, calls)
+    # Whole-sweep passes (the best model's tag, the final TM backfill) count as the sweep's, so
+    # which trial wins cannot move a call into the last ten.
+    odd = {k: v for k, v in calls.items() if v != calls[order[len(order) // 2]]}
+    assert last <= first, f"first ten {first} calls, last ten {last}; trials off the typical count: {odd}"
     # The whole-sweep passes (parent run, reads) happen a fixed number of times, not per trial.
     assert calls.get("parent", 0) < 40, calls
