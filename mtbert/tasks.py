@@ -8,10 +8,10 @@ from __future__ import annotations
 import difflib
 import typing
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
 
 from mtbert.train.metrics import accuracy, pearson
 
@@ -55,6 +55,10 @@ class TaskSpec:
         return value if lo <= value <= hi else None
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        # torch imported here, not at the top: the leaderboard and findings read the registry
+        # (names, metrics) and should not pay seconds of torch import for it.
+        import torch.nn.functional as F
+
         if self.kind == "multiclass":
             return F.cross_entropy(logits, labels.long())
         if self.kind == "binary":
