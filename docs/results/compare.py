@@ -1,6 +1,6 @@
 """Check a re-run against a committed leaderboard: same trial set, scores within seed noise.
 
-    python docs/results/compare.py docs/results/real_small.md runs/real-small/rerun.md
+    python docs/results/compare.py docs/results/study/encoder_sharing.md runs/rerun.md
 
 Both files are `mtbert leaderboard --format md` tables. Rows are matched by configuration
 (regime, learning rate, loss weights), and each score column's means are compared. Seed
