@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import html
 import math
+import sqlite3
+import sys
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +58,113 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
+# A sqlite store is read with plain SQL over MLflow's own tables: importing mlflow and opening
+# its SqlAlchemyStore cost about 4 s before the first row, more than reading 10,000 runs.
+MLFLOW_TABLES = ("experiments", "runs")  # what makes a sqlite file an MLflow store here
+
+
+def _sqlite_path(uri: str) -> str:
+    return uri[len("sqlite:///"):].split("?", 1)[0]
+
+
+def _is_sqlite_file(uri: str) -> bool:
+    # A missing file goes to MLflow, which creates the store (a reader must not).
+    return uri.startswith("sqlite:///") and Path(_sqlite_path(uri)).is_file()
+
+
+def _connect(uri: str) -> sqlite3.Connection:
+    """Read-only: the leaderboard never writes the store, not even a schema."""
+    path = _sqlite_path(uri)
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+    # Quoted: a '?', '#' or '%' in the path would otherwise be read as part of the URI.
+    return sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+
+
+def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
+    """One line on stderr when a sqlite store falls back to MLflow's API: slower, not wrong,
+    and a sign that MLflow's schema moved on from what the SQL reader knows."""
+    reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    print(f"leaderboard: the SQL reader failed on {uri} ({reason}); {what} through MLflow's API",
+          file=sys.stderr)
+
+
+def check_sqlite_store(uri: str) -> None:
+    """The store check of `mtbert leaderboard` for an existing sqlite file, without MLflow:
+    it opens, and it has MLflow's tables. One line when not (TrackingUnavailable)."""
+    from orchestration.errors import TrackingUnavailable
+
+    try:
+        con = _connect(uri)
+        try:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except (sqlite3.Error, OSError) as exc:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: {exc}") from None
+    missing = [t for t in MLFLOW_TABLES if t not in tables]
+    if missing:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: not an MLflow database "
+                                  f"(no {' or '.join(missing)} table)")
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    run_name: str
+    experiment_id: str
+    status: str
+    start_time: int | None
+    end_time: int | None
+    artifact_uri: str
+    lifecycle_stage: str
+
+
+@dataclass
+class RunData:
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+@dataclass
+class SqliteRun:
+    """A run read from sqlite: the parts of mlflow.entities.Run that callers of find_sweep
+    and leaderboard use (info.run_id, info.run_name, info.artifact_uri, data.tags, ...)."""
+    info: RunInfo
+    data: RunData
+
+
 def find_sweep(uri: str, experiment: str, sweep: str | None = None):
-    """(experiment id, parent run) for a sweep: by run id or name, else the latest one."""
+    """(experiment id, parent run) for a sweep: by run id or name, else the latest one. An
+    existing sqlite store is read with SQL (an SqliteRun), any other through MLflow (a Run)."""
+    if _is_sqlite_file(uri):
+        try:
+            return sqlite_find_sweep(uri, experiment, sweep)
+        except sqlite3.Error as exc:  # a schema this reader does not know: the API
+            _through_mlflow(uri, "finding the sweep", exc)
+    return search_find_sweep(uri, experiment, sweep)
+
+
+def _is_run_id(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def _no_experiment(uri: str, experiment: str, names: list[str]) -> SweepError:
+    return SweepError(f"--experiment {experiment}: no such experiment in {uri}"
+                      + (f" (have: {', '.join(names)})" if names else ""))
+
+
+def search_find_sweep(uri: str, experiment: str, sweep: str | None = None):
+    """find_sweep through MlflowClient: any store."""
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        names = [e.name for e in client.search_experiments(max_results=50)]
-        raise SweepError(f"--experiment {experiment}: no such experiment in {uri}"
-                         + (f" (have: {', '.join(names)})" if names else ""))
+        raise _no_experiment(uri, experiment, [e.name for e in client.search_experiments(max_results=50)])
     flt = "tags.role = 'sweep'"
     if sweep:
         runs = client.search_runs([exp.experiment_id], f"{flt} and attributes.run_id = '{sweep}'", max_results=1) \
-            if len(sweep) == 32 and all(c in "0123456789abcdef" for c in sweep) else []
+            if _is_run_id(sweep) else []
         runs = runs or client.search_runs([exp.experiment_id], f"{flt} and attributes.run_name = '{sweep}'",
                                           max_results=1)
         if not runs:
@@ -77,17 +176,62 @@ def find_sweep(uri: str, experiment: str, sweep: str | None = None):
     return exp.experiment_id, runs[0]
 
 
+def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None) -> tuple[str, SqliteRun]:
+    """search_find_sweep's answer from MLflow's sqlite tables, read-only, with its choices: the
+    experiment by name whatever its lifecycle stage (get_experiment_by_name), the names listed
+    as search_experiments lists them (active, newest first), active runs tagged role=sweep,
+    newest start_time first, run id breaking ties (search_runs' order)."""
+    con = _connect(uri)
+    try:
+        row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)).fetchone()
+        if row is None:
+            names = [r[0] for r in con.execute(
+                "SELECT name FROM experiments WHERE lifecycle_stage = 'active' "
+                "ORDER BY creation_time DESC, experiment_id ASC LIMIT 50")]
+            raise _no_experiment(uri, experiment, names)
+        experiment_id = row[0]
+        query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'role' "
+                 "AND t.value = 'sweep' WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' {} "
+                 "ORDER BY r.start_time DESC, r.run_uuid LIMIT 1")
+        found = None
+        if sweep:
+            if _is_run_id(sweep):
+                found = con.execute(query.format("AND r.run_uuid = ?"), (experiment_id, sweep)).fetchone()
+            found = found or con.execute(query.format("AND r.name = ?"), (experiment_id, sweep)).fetchone()
+            if found is None:
+                raise SweepError(f"--sweep {sweep}: no sweep run with that id or name in experiment '{experiment}'")
+        else:
+            found = con.execute(query.format(""), (experiment_id,)).fetchone()
+            if found is None:
+                raise SweepError(f"--experiment {experiment}: holds no sweep runs yet")
+        return str(experiment_id), _sqlite_run(con, found[0])
+    finally:
+        con.close()
+
+
+def _sqlite_run(con: sqlite3.Connection, run_id: str) -> SqliteRun:
+    info = con.execute("SELECT run_uuid, name, experiment_id, status, start_time, end_time, artifact_uri, "
+                       "lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+    tags = dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)))
+    params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,)))
+    metrics = {key: math.nan if is_nan else float(value) for key, value, is_nan in con.execute(
+        "SELECT key, value, is_nan FROM latest_metrics WHERE run_uuid = ?", (run_id,))}
+    run_uuid, name, experiment_id, status, start, end, artifact_uri, stage = info
+    return SqliteRun(RunInfo(run_uuid, name, str(experiment_id), status, start, end, artifact_uri, stage),
+                     RunData(tags, params, metrics))
+
+
 def child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
     """The sweep's child runs as mlflow.search_runs' DataFrame (run_id, status, ...,
     metrics.*, params.*, tags.*). A sqlite store is read with a few SQL queries over MLflow's
     own tables (10,000 runs in seconds; search_runs builds a Run object per run, 1,000 a
     page, which took about a minute); any other store, or a sqlite schema this reader does
-    not know, goes through search_runs."""
-    if uri.startswith("sqlite:///"):
+    not know (said in one line on stderr), goes through search_runs."""
+    if _is_sqlite_file(uri):
         try:
             return sqlite_child_runs(uri, experiment_id, parent_run_id)
-        except Exception:  # noqa: BLE001 - an MLflow schema this reader does not know: the API
-            pass
+        except Exception as exc:  # noqa: BLE001 - an MLflow schema this reader does not know: the API
+            _through_mlflow(uri, "reading the runs", exc)
     return search_child_runs(uri, experiment_id, parent_run_id)
 
 
@@ -104,14 +248,9 @@ def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.Da
     """search_child_runs' DataFrame from MLflow's sqlite tables (runs, latest_metrics, params,
     tags), read-only: active runs of the experiment whose mlflow.parentRunId tag is the
     sweep's, ordered as search_runs orders them (start_time DESC, run id)."""
-    import sqlite3
-
     import numpy as np
 
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    if not Path(path).is_file():
-        raise FileNotFoundError(path)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = _connect(uri)
     try:
         chosen = ("SELECT r.run_uuid FROM runs r JOIN tags p ON p.run_uuid = r.run_uuid "
                   "AND p.key = 'mlflow.parentRunId' AND p.value = ? "
@@ -507,6 +646,47 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     return path
 
 
+def _local_artifact_dir(artifact_uri: str | None) -> Path | None:
+    """The folder of a run's artifacts when they are local files (a plain path or a file: URI,
+    turned into a path as MLflow's LocalArtifactRepository does on POSIX), else None."""
+    if not artifact_uri:
+        return None
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(urllib.parse.unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(urllib.parse.unquote(artifact_uri))
+    return None
+
+
+def log_artifact(uri: str, run, path: str | Path) -> None:
+    """MlflowClient(uri).log_artifact(run id, path), without MLflow for local artifacts: for a
+    local folder MLflow's artifact repository only copies the file in, through a temporary
+    file it then renames, so a reader never sees half a file. Any other artifact store (a
+    server's mlflow-artifacts:, S3, ...) goes through the client."""
+    folder = _local_artifact_dir(getattr(run.info, "artifact_uri", None))
+    if folder is None:
+        _client(uri).log_artifact(run.info.run_id, str(path))
+        return
+    import os
+    import shutil
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / Path(path).name
+    if target.exists() and os.path.samefile(path, target):
+        return
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=".artifact.uploading.")
+    try:
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+            shutil.copyfileobj(src, out)
+        shutil.copystat(path, temp)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
 def log_leaderboard(tracking) -> bool:
     """The sweep's table (leaderboard.md, leaderboard.csv) and Pareto plot (pareto.png) on its
     parent run, drawn from the final figures: at the end of every run and resume, so the
@@ -545,5 +725,5 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
         raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
-        _client(uri).log_artifact(parent.info.run_id, str(path))
+        log_artifact(uri, parent, path)
     return render(table, fmt), table, parent
