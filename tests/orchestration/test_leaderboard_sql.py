@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from orchestration import leaderboard as board
 from orchestration.leaderboard import (build_table, child_runs, render, search_child_runs, search_find_sweep,
-                                       sort_table, sqlite_child_runs, sqlite_find_sweep)
+                                       sort_table, sqlite_child_runs, sqlite_find_sweep, table_keys)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,6 +70,10 @@ def test_sql_reader_matches_search_runs(tmp_path):
     assert list(child_runs(uri, exp, pid)["run_id"]) == list(fast["run_id"])
     tags = client.get_run(pid).data.tags
     pd.testing.assert_frame_equal(sort_table(build_table(fast, tags)), sort_table(build_table(generic, tags)))
+    # ... and from only the keys the table reads, as `mtbert leaderboard` reads them.
+    only = sqlite_child_runs(uri, exp, pid, *table_keys(tags))
+    assert "params.loss.pcgrad" in only and "params.train.seed" not in only and "tags.trial_key" not in only
+    pd.testing.assert_frame_equal(sort_table(build_table(only, tags)), sort_table(build_table(generic, tags)))
 
 
 # --------------------------------------------------------------------------- finding the sweep, the CLI
