@@ -30,17 +30,21 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from orchestration.leaderboard import leaderboard
+    from orchestration.leaderboard import check_sqlite_store, leaderboard
     from orchestration.paths import resolve_tracking_uri
 
-    from orchestration.tracking import check_tracking
-
     uri = resolve_tracking_uri(args.tracking_uri, None)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        # MLflow would create an empty store there and report "no such experiment".
-        raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} "
-                         "does not exist)")
-    check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
+    if uri.startswith("sqlite:///"):
+        if not Path(uri[len("sqlite:///"):]).is_file():
+            # MLflow would create an empty store there and report "no such experiment".
+            raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} "
+                             "does not exist)")
+        # Read with SQL, not MLflow (whose import and store take seconds): the check too.
+        check_sqlite_store(uri)
+    else:
+        from orchestration.tracking import check_tracking
+
+        check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
     plot = args.plot
     if plot is None:
         plot = Path(args.output).with_suffix(".pareto.png") if args.output else Path("runs") / f"{args.experiment}-pareto.png"

@@ -25,14 +25,18 @@ from __future__ import annotations
 
 import html
 import math
+import sqlite3
+import sys
+import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
-from orchestration.labels import fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.labels import OWN_COLUMNS, fmt_lr, fmt_weighting, parse_param, regime_label
 from orchestration.stats import paired_delta, t_quantile
 
 FORMATS = ("md", "csv", "latex", "html")
@@ -54,18 +58,113 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
+# A sqlite store is read with plain SQL over MLflow's own tables: importing mlflow and opening
+# its SqlAlchemyStore cost about 4 s before the first row, more than reading 10,000 runs.
+MLFLOW_TABLES = ("experiments", "runs")  # what makes a sqlite file an MLflow store here
+
+
+def _sqlite_path(uri: str) -> str:
+    return uri[len("sqlite:///"):].split("?", 1)[0]
+
+
+def _is_sqlite_file(uri: str) -> bool:
+    # A missing file goes to MLflow, which creates the store (a reader must not).
+    return uri.startswith("sqlite:///") and Path(_sqlite_path(uri)).is_file()
+
+
+def _connect(uri: str) -> sqlite3.Connection:
+    """Read-only: the leaderboard never writes the store, not even a schema."""
+    path = _sqlite_path(uri)
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+    # Quoted: a '?', '#' or '%' in the path would otherwise be read as part of the URI.
+    return sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+
+
+def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
+    """One line on stderr when a sqlite store falls back to MLflow's API: slower, not wrong,
+    and a sign that MLflow's schema moved on from what the SQL reader knows."""
+    reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    print(f"leaderboard: the SQL reader failed on {uri} ({reason}); {what} through MLflow's API",
+          file=sys.stderr)
+
+
+def check_sqlite_store(uri: str) -> None:
+    """The store check of `mtbert leaderboard` for an existing sqlite file, without MLflow:
+    it opens, and it has MLflow's tables. One line when not (TrackingUnavailable)."""
+    from orchestration.errors import TrackingUnavailable
+
+    try:
+        con = _connect(uri)
+        try:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except (sqlite3.Error, OSError) as exc:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: {exc}") from None
+    missing = [t for t in MLFLOW_TABLES if t not in tables]
+    if missing:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: not an MLflow database "
+                                  f"(no {' or '.join(missing)} table)")
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    run_name: str
+    experiment_id: str
+    status: str
+    start_time: int | None
+    end_time: int | None
+    artifact_uri: str
+    lifecycle_stage: str
+
+
+@dataclass
+class RunData:
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+@dataclass
+class SqliteRun:
+    """A run read from sqlite: the parts of mlflow.entities.Run that callers of find_sweep
+    and leaderboard use (info.run_id, info.run_name, info.artifact_uri, data.tags, ...)."""
+    info: RunInfo
+    data: RunData
+
+
 def find_sweep(uri: str, experiment: str, sweep: str | None = None):
-    """(experiment id, parent run) for a sweep: by run id or name, else the latest one."""
+    """(experiment id, parent run) for a sweep: by run id or name, else the latest one. An
+    existing sqlite store is read with SQL (an SqliteRun), any other through MLflow (a Run)."""
+    if _is_sqlite_file(uri):
+        try:
+            return sqlite_find_sweep(uri, experiment, sweep)
+        except sqlite3.Error as exc:  # a schema this reader does not know: the API
+            _through_mlflow(uri, "finding the sweep", exc)
+    return search_find_sweep(uri, experiment, sweep)
+
+
+def _is_run_id(text: str) -> bool:
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def _no_experiment(uri: str, experiment: str, names: list[str]) -> SweepError:
+    return SweepError(f"--experiment {experiment}: no such experiment in {uri}"
+                      + (f" (have: {', '.join(names)})" if names else ""))
+
+
+def search_find_sweep(uri: str, experiment: str, sweep: str | None = None):
+    """find_sweep through MlflowClient: any store."""
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        names = [e.name for e in client.search_experiments(max_results=50)]
-        raise SweepError(f"--experiment {experiment}: no such experiment in {uri}"
-                         + (f" (have: {', '.join(names)})" if names else ""))
+        raise _no_experiment(uri, experiment, [e.name for e in client.search_experiments(max_results=50)])
     flt = "tags.role = 'sweep'"
     if sweep:
         runs = client.search_runs([exp.experiment_id], f"{flt} and attributes.run_id = '{sweep}'", max_results=1) \
-            if len(sweep) == 32 and all(c in "0123456789abcdef" for c in sweep) else []
+            if _is_run_id(sweep) else []
         runs = runs or client.search_runs([exp.experiment_id], f"{flt} and attributes.run_name = '{sweep}'",
                                           max_results=1)
         if not runs:
@@ -77,17 +176,64 @@ def find_sweep(uri: str, experiment: str, sweep: str | None = None):
     return exp.experiment_id, runs[0]
 
 
-def child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
+def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None) -> tuple[str, SqliteRun]:
+    """search_find_sweep's answer from MLflow's sqlite tables, read-only, with its choices: the
+    experiment by name whatever its lifecycle stage (get_experiment_by_name), the names listed
+    as search_experiments lists them (active, newest first), active runs tagged role=sweep,
+    newest start_time first, run id breaking ties (search_runs' order)."""
+    con = _connect(uri)
+    try:
+        row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)).fetchone()
+        if row is None:
+            names = [r[0] for r in con.execute(
+                "SELECT name FROM experiments WHERE lifecycle_stage = 'active' "
+                "ORDER BY creation_time DESC, experiment_id ASC LIMIT 50")]
+            raise _no_experiment(uri, experiment, names)
+        experiment_id = row[0]
+        query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'role' "
+                 "AND t.value = 'sweep' WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' {} "
+                 "ORDER BY r.start_time DESC, r.run_uuid LIMIT 1")
+        found = None
+        if sweep:
+            if _is_run_id(sweep):
+                found = con.execute(query.format("AND r.run_uuid = ?"), (experiment_id, sweep)).fetchone()
+            found = found or con.execute(query.format("AND r.name = ?"), (experiment_id, sweep)).fetchone()
+            if found is None:
+                raise SweepError(f"--sweep {sweep}: no sweep run with that id or name in experiment '{experiment}'")
+        else:
+            found = con.execute(query.format(""), (experiment_id,)).fetchone()
+            if found is None:
+                raise SweepError(f"--experiment {experiment}: holds no sweep runs yet")
+        return str(experiment_id), _sqlite_run(con, found[0])
+    finally:
+        con.close()
+
+
+def _sqlite_run(con: sqlite3.Connection, run_id: str) -> SqliteRun:
+    info = con.execute("SELECT run_uuid, name, experiment_id, status, start_time, end_time, artifact_uri, "
+                       "lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+    tags = dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)))
+    params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,)))
+    metrics = {key: math.nan if is_nan else float(value) for key, value, is_nan in con.execute(
+        "SELECT key, value, is_nan FROM latest_metrics WHERE run_uuid = ?", (run_id,))}
+    run_uuid, name, experiment_id, status, start, end, artifact_uri, stage = info
+    return SqliteRun(RunInfo(run_uuid, name, str(experiment_id), status, start, end, artifact_uri, stage),
+                     RunData(tags, params, metrics))
+
+
+def child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequence[str] | None = None,
+               metrics: Sequence[str] | None = None, tags: Sequence[str] | None = None) -> pd.DataFrame:
     """The sweep's child runs as mlflow.search_runs' DataFrame (run_id, status, ...,
     metrics.*, params.*, tags.*). A sqlite store is read with a few SQL queries over MLflow's
     own tables (10,000 runs in seconds; search_runs builds a Run object per run, 1,000 a
-    page, which took about a minute); any other store, or a sqlite schema this reader does
-    not know, goes through search_runs."""
-    if uri.startswith("sqlite:///"):
+    page, which took about a minute), keeping only the `params`, `metrics` and `tags` keys
+    given (sqlite_child_runs); any other store, or a sqlite schema this reader does not know
+    (said in one line on stderr), goes through search_runs, which returns every key."""
+    if _is_sqlite_file(uri):
         try:
-            return sqlite_child_runs(uri, experiment_id, parent_run_id)
-        except Exception:  # noqa: BLE001 - an MLflow schema this reader does not know: the API
-            pass
+            return sqlite_child_runs(uri, experiment_id, parent_run_id, params, metrics, tags)
+        except Exception as exc:  # noqa: BLE001 - an MLflow schema this reader does not know: the API
+            _through_mlflow(uri, "reading the runs", exc)
     return search_child_runs(uri, experiment_id, parent_run_id)
 
 
@@ -100,18 +246,30 @@ def search_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.Da
                               output_format="pandas", max_results=50000)
 
 
-def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
+def _only(keys: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    """SQL condition and arguments keeping the keys named, or starting with a name that ends
+    in '.' (a prefix); no condition for None."""
+    if keys is None:
+        return "", ()
+    names = [k for k in keys if not k.endswith(".")]
+    prefixes = [k for k in keys if k.endswith(".")]
+    terms = ([f"key IN ({', '.join('?' * len(names))})"] if names else []) + \
+        ["substr(key, 1, ?) = ?"] * len(prefixes)
+    args = (*names, *(x for k in prefixes for x in (len(k), k)))
+    return f" AND ({' OR '.join(terms) or '0'})", args
+
+
+def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequence[str] | None = None,
+                      metrics: Sequence[str] | None = None, tags: Sequence[str] | None = None) -> pd.DataFrame:
     """search_child_runs' DataFrame from MLflow's sqlite tables (runs, latest_metrics, params,
     tags), read-only: active runs of the experiment whose mlflow.parentRunId tag is the
-    sweep's, ordered as search_runs orders them (start_time DESC, run id)."""
-    import sqlite3
-
+    sweep's, ordered as search_runs orders them (start_time DESC, run id). `params`,
+    `metrics` and `tags`, when given, keep only those keys (names, or prefixes ending in
+    '.'): a run carries every config key as a param, 66 of them, and every per-epoch series,
+    most of which the leaderboard does not read (they were half of its reading time)."""
     import numpy as np
 
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    if not Path(path).is_file():
-        raise FileNotFoundError(path)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    con = _connect(uri)
     try:
         chosen = ("SELECT r.run_uuid FROM runs r JOIN tags p ON p.run_uuid = r.run_uuid "
                   "AND p.key = 'mlflow.parentRunId' AND p.value = ? "
@@ -120,12 +278,15 @@ def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.Da
         runs = pd.read_sql_query(
             "SELECT run_uuid AS run_id, experiment_id, status, artifact_uri, start_time, end_time FROM runs "
             f"WHERE run_uuid IN ({chosen}) ORDER BY start_time DESC, run_uuid", con, params=args)
+        where, only = _only(metrics)
         metrics = pd.read_sql_query(f"SELECT run_uuid, key, value, is_nan FROM latest_metrics "
-                                    f"WHERE run_uuid IN ({chosen})", con, params=args)
-        params = pd.read_sql_query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({chosen})",
-                                   con, params=args)
-        tags = pd.read_sql_query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({chosen})",
-                                 con, params=args)
+                                    f"WHERE run_uuid IN ({chosen}){where}", con, params=(*args, *only))
+        where, only = _only(params)
+        params = pd.read_sql_query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({chosen}){where}",
+                                   con, params=(*args, *only))
+        where, only = _only(tags)
+        tags = pd.read_sql_query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({chosen}){where}",
+                                 con, params=(*args, *only))
     finally:
         con.close()
     runs["experiment_id"] = runs["experiment_id"].astype(str)
@@ -186,9 +347,69 @@ def _paired_deltas(done: pd.DataFrame, metric: str) -> pd.DataFrame:
     # A seed run twice (a resume that double-logged) counts once, as its mean.
     per_seed = done.pivot_table(index="variant", columns="seed", values=metric, aggfunc="mean")
     base_seed = base.groupby("seed")[metric].mean().to_dict()
-    for variant, row in per_seed.iterrows():
-        d, h, n = paired_delta(row.dropna().to_dict(), base_seed)
-        out.loc[variant] = [d, h, n]
+    # Plain rows and one assignment: a Series and a .loc write per variant took seconds at
+    # 5,000 configurations. paired_delta skips the NaN seeds row.dropna() used to drop.
+    seeds = list(per_seed.columns)
+    found = [paired_delta(dict(zip(seeds, row)), base_seed) for row in per_seed.to_numpy().tolist()]
+    if found:
+        out.loc[per_seed.index] = pd.DataFrame(found, index=per_seed.index, columns=out.columns, dtype=float)
+    return out
+
+
+def _tasks(parent_tags: dict[str, str]) -> list[str]:
+    return [t for t in parent_tags.get("tasks", "sst,para,sts").split(",") if t]
+
+
+def _task_metrics(parent_tags: dict[str, str]) -> list[str]:
+    # The sweep names its metric columns; sweeps from before that tag go by the registry.
+    if "task_metrics" in parent_tags:
+        return [m for m in parent_tags["task_metrics"].split(",") if m]
+    return [TASKS[t].metric_name for t in _tasks(parent_tags) if t in TASKS]
+
+
+def _swept(parent_tags: dict[str, str]) -> list[str]:
+    return [k for k in parent_tags.get("space_keys", "").split(",") if k]
+
+
+def _numeric(task_metrics: list[str]) -> list[str]:
+    return [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], *EXTRA_NUMERIC]
+
+
+def _label_params(swept: list[str]) -> dict[str, list[str]]:
+    """The params each label column is made of (a name ending in '.' is a prefix): the
+    regime (regime_label reads the head regime, k and the swept keys of no column of their
+    own), the learning rate, the weights (fmt_weighting, _weights)."""
+    return {"regime": ["sharing.head_regime", "sharing.encoder_shared_layers",
+                       *[k for k in swept if k not in OWN_COLUMNS]],
+            "lr": ["optim.lr"],
+            "weights": ["loss.weighting", "loss.pcgrad", "loss.weights", "loss.weights."]}
+
+
+# The tags build_table and _status read (tags.<name>).
+TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error"]
+
+
+def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(params, metrics, tags) build_table reads of a sweep's runs: child_runs needs no others."""
+    params = [k for keys in _label_params(_swept(parent_tags)).values() for k in keys]
+    return (list(dict.fromkeys(params)), list(dict.fromkeys(_numeric(_task_metrics(parent_tags)))),
+            list(TABLE_TAGS))
+
+
+def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
+    """make(params) for each run, params being the run's values of `keys` (MLflow strings; a
+    param the run lacks is absent). Computed once per distinct set of values: runs of one
+    configuration, and configurations differing only elsewhere, share a label."""
+    cols = [c for c in runs.columns if c.startswith("params.")
+            and any(c[len("params."):] == k or (k.endswith(".") and c[len("params."):].startswith(k)) for k in keys)]
+    cache: dict[tuple, str] = {}
+    out = []
+    rows = runs[cols].itertuples(index=False, name=None) if cols else [()] * len(runs)
+    for values in rows:
+        if values not in cache:
+            # Columns are the union over runs: a param this run lacks reads as NaN or None.
+            cache[values] = make({c[len("params."):]: v for c, v in zip(cols, values) if isinstance(v, str)})
+        out.append(cache[values])
     return out
 
 
@@ -205,27 +426,15 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     runs = runs[runs["_status"] != "other"]
     if not (runs["_status"] == "finished").any():
         return pd.DataFrame()
-    tasks = [t for t in parent_tags.get("tasks", "sst,para,sts").split(",") if t]
-    # The sweep names its metric columns; sweeps from before that tag go by the registry.
-    task_metrics = [m for m in parent_tags["task_metrics"].split(",") if m] if "task_metrics" in parent_tags \
-        else [TASKS[t].metric_name for t in tasks if t in TASKS]
-    swept = [k for k in parent_tags.get("space_keys", "").split(",") if k]
+    tasks = _tasks(parent_tags)
+    task_metrics = _task_metrics(parent_tags)
+    swept = _swept(parent_tags)
     defaults = flatten(Config())
-    param_cols = [c for c in runs.columns if c.startswith("params.")]
-    labels: dict[tuple, tuple[str, str, str]] = {}
-    regime, lr, weights = [], [], []
-    for values in runs[param_cols].itertuples(index=False, name=None):
-        # Runs of one configuration share their labels: computed once per distinct param set.
-        if values not in labels:
-            # Columns are the union over runs: a param this run lacks reads as NaN.
-            params = {c[len("params."):]: v for c, v in zip(param_cols, values) if isinstance(v, str)}
-            labels[values] = (regime_label(params, swept, defaults), fmt_lr(params.get("optim.lr")),
-                              fmt_weighting(params.get("loss.weighting"), _weights(params), tasks,
-                                            params.get("loss.pcgrad")))
-        r, l, w = labels[values]
-        regime.append(r)
-        lr.append(l)
-        weights.append(w)
+    groups = _label_params(swept)
+    regime = _labels(runs, groups["regime"], lambda p: regime_label(p, swept, defaults))
+    lr = _labels(runs, groups["lr"], lambda p: fmt_lr(p.get("optim.lr")))
+    weights = _labels(runs, groups["weights"], lambda p: fmt_weighting(p.get("loss.weighting"), _weights(p), tasks,
+                                                                          p.get("loss.pcgrad")))
     error = _col(runs, "tags.error").fillna("").astype(str).str.split("\n").str[0].str.slice(0, 200)
     frame = pd.DataFrame({
         "variant": _col(runs, "tags.variant").values, "role": _col(runs, "tags.role").values,
@@ -233,7 +442,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         "stopped_early": (_col(runs, "tags.stopped_early") == "true").values,
         "status": runs["_status"].values, "reason": error.values,
     })
-    numeric = [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], *EXTRA_NUMERIC]
+    numeric = _numeric(task_metrics)
     for name in dict.fromkeys(numeric):
         frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}"), errors="coerce").values
     done = frame[frame["status"] == "finished"]
@@ -340,7 +549,8 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
               "peak_memory_mb": 0, "tm_relative_score": 3, **{m: 3 for m in task_metrics}}
     rows = []
-    for _, r in table.iterrows():
+    # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table.
+    for r in table.to_dict("records"):
         n = int(r["n"])
         label = r["regime"] + ("*" if r["role"] == "baseline" else "")
         if r["stopped_early"]:
@@ -507,6 +717,47 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     return path
 
 
+def _local_artifact_dir(artifact_uri: str | None) -> Path | None:
+    """The folder of a run's artifacts when they are local files (a plain path or a file: URI,
+    turned into a path as MLflow's LocalArtifactRepository does on POSIX), else None."""
+    if not artifact_uri:
+        return None
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        return Path(urllib.parse.unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(urllib.parse.unquote(artifact_uri))
+    return None
+
+
+def log_artifact(uri: str, run, path: str | Path) -> None:
+    """MlflowClient(uri).log_artifact(run id, path), without MLflow for local artifacts: for a
+    local folder MLflow's artifact repository only copies the file in, through a temporary
+    file it then renames, so a reader never sees half a file. Any other artifact store (a
+    server's mlflow-artifacts:, S3, ...) goes through the client."""
+    folder = _local_artifact_dir(getattr(run.info, "artifact_uri", None))
+    if folder is None:
+        _client(uri).log_artifact(run.info.run_id, str(path))
+        return
+    import os
+    import shutil
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / Path(path).name
+    if target.exists() and os.path.samefile(path, target):
+        return
+    fd, temp = tempfile.mkstemp(dir=folder, prefix=".artifact.uploading.")
+    try:
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+            shutil.copyfileobj(src, out)
+        shutil.copystat(path, temp)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
 def log_leaderboard(tracking) -> bool:
     """The sweep's table (leaderboard.md, leaderboard.csv) and Pareto plot (pareto.png) on its
     parent run, drawn from the final figures: at the end of every run and resume, so the
@@ -514,7 +765,7 @@ def log_leaderboard(tracking) -> bool:
     import tempfile
 
     parent = tracking.client.get_run(tracking.parent_run_id)
-    runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id)
+    runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id, *table_keys(parent.data.tags))
     table = sort_table(build_table(runs, parent.data.tags))
     if table.empty:
         return False
@@ -539,11 +790,11 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
                 sort: str = "overall", plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run); draws and logs the Pareto plot if `plot`."""
     experiment_id, parent = find_sweep(uri, experiment, sweep)
-    runs = child_runs(uri, experiment_id, parent.info.run_id)
+    runs = child_runs(uri, experiment_id, parent.info.run_id, *table_keys(parent.data.tags))
     table = sort_table(build_table(runs, parent.data.tags), sort)
     if table.empty:
         raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
-        _client(uri).log_artifact(parent.info.run_id, str(path))
+        log_artifact(uri, parent, path)
     return render(table, fmt), table, parent

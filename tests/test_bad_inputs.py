@@ -81,6 +81,25 @@ def test_leaderboard_on_a_mistyped_store_creates_nothing(tmp_path, capsys):
     assert not db.exists()
 
 
+def test_leaderboard_on_a_sqlite_file_not_mlflows_is_one_line_and_left_alone(tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "other.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE notes (text)")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    line = error_line(capsys, ["leaderboard", "--experiment", "x", "--tracking-uri", f"sqlite:///{db}"])
+    assert line == (f"mtbert: error: tracking store sqlite:///{db} unusable: not an MLflow database "
+                    "(no experiments or runs table)")
+    assert db.read_bytes() == before  # MLflow's schema is not written into someone else's database
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database")
+    line = error_line(capsys, ["leaderboard", "--experiment", "x", "--tracking-uri", f"sqlite:///{junk}"])
+    assert line == f"mtbert: error: tracking store sqlite:///{junk} unusable: file is not a database"
+
+
 @pytest.mark.parametrize("uri, says", [
     ("htp:/x", "unknown tracking store scheme 'htp'"),
     ("sqlite:/x.db", "a sqlite URI needs three slashes"),

@@ -214,6 +214,18 @@ def test_leaderboard_errors_are_one_line(swept):
         leaderboard(tracking.uri, "exp", sweep="123")
 
 
+def test_log_leaderboard_puts_the_table_and_plot_on_the_parent(swept, tmp_path):
+    from orchestration.leaderboard import log_leaderboard
+
+    tracking, _, _ = swept
+    assert log_leaderboard(tracking)
+    client = MlflowClient(tracking.uri)
+    listed = {a.path for a in client.list_artifacts(tracking.parent_run_id)}
+    assert {"pareto.png", "leaderboard.md", "leaderboard.csv"} <= listed
+    board = Path(client.download_artifacts(tracking.parent_run_id, "leaderboard.md", str(tmp_path))).read_text()
+    assert board == leaderboard(tracking.uri, "exp")[0]
+
+
 def test_pareto_front():
     points = [(10, 0.5), (5, 0.4), (20, 0.6), (8, 0.3), (30, 0.55), (5, 0.45)]
     assert sorted(pareto_front(points)) == [0, 2, 5]
