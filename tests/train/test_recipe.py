@@ -177,10 +177,12 @@ def test_bf16_and_fp32_runs_agree(tmp_path):
 @pytest.mark.shared
 @pytest.mark.skipif(not (MINILM.is_dir() and DATA.is_dir()), reason="../shared model or data absent")
 def test_minilm_default_recipe_keeps_sts(tmp_path):
-    """No rate given: the pretrained recipe must not destroy what MiniLM knows in 60 steps."""
+    """No rate given: the pretrained recipe must not destroy what MiniLM knows. 24 steps of 8
+    are enough to tell: the recipe keeps STS at 0.85, where one rate of 1e-3 for everything
+    (the tiny model's) takes it to 0.68 in the same steps."""
     cfg = build_config({}, {"model.name_or_path": str(MINILM), "data.source": "cs224n", "data.dir": str(DATA),
                             "data.max_dev_examples": 400, "data.max_train_examples": 2000,
-                            "sampling.strategy": "tuple", "sampling.steps_per_epoch": 60,
+                            "sampling.strategy": "tuple", "sampling.steps_per_epoch": 24, "train.batch_size": 8,
                             "train.epochs": 1, "data.cache_dir": str(tmp_path / "cache")})
     result = train(cfg, log=None)
     assert result.metrics["sts_corr"] >= 0.80, result.metrics
