@@ -31,14 +31,16 @@ def test_budget_is_never_overrun_and_reaching_is_measured(method, share):
     best_possible = max(max(c) for c in table.values())
     for seed in range(3):
         budget = int(share * grid_epochs)
-        best, reached, spent = bench.search(table, method, budget, seed, target=best_possible - 0.01)
+        best, improvements, spent = bench.search(table, method, budget, seed)
         assert spent <= budget
         if method == "random":
             assert spent % EPOCHS == 0  # no early stopping: whole trials only
         assert best <= best_possible
-        assert (reached is not None) == (best >= best_possible - 0.01)
-        if reached is not None:
-            assert 1 <= reached <= spent
+        assert improvements[-1][1] == best and [b for _, b in improvements] == sorted(b for _, b in improvements)
+        when = bench.reached(improvements, best_possible - 0.01)
+        assert (when is not None) == (best >= best_possible - 0.01)
+        if when is not None:
+            assert 1 <= when <= spent
 
 
 def test_asha_tries_more_configurations_than_random_for_the_same_budget():
@@ -57,7 +59,7 @@ def test_asha_tries_more_configurations_than_random_for_the_same_budget():
             return trial
         optuna.study.Study.ask = counting_ask
         try:
-            bench.search(table, method, budget, 0, target=1.0)
+            bench.search(table, method, budget, 0)
         finally:
             optuna.study.Study.ask = original
         counts[method] = len(trials)
