@@ -29,16 +29,24 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
     return _exit_code(outcome)
 
 
+def _existing_store(tracking_uri: str | None) -> str:
+    """The store a reading command (leaderboard, findings) names, refused in one line when it
+    is a sqlite file that does not exist: MLflow would create an empty one there and report
+    "no such experiment"."""
+    from orchestration.paths import resolve_tracking_uri, sqlite_path
+
+    uri = resolve_tracking_uri(tracking_uri, None)
+    path = sqlite_path(uri)
+    if path is not None and not Path(path).is_file():
+        raise SweepError(f"--tracking-uri {uri}: no such store (file {path} does not exist)")
+    return uri
+
+
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from orchestration.leaderboard import check_sqlite_store, leaderboard
-    from orchestration.paths import resolve_tracking_uri
 
-    uri = resolve_tracking_uri(args.tracking_uri, None)
+    uri = _existing_store(args.tracking_uri)
     if uri.startswith("sqlite:///"):
-        if not Path(uri[len("sqlite:///"):]).is_file():
-            # MLflow would create an empty store there and report "no such experiment".
-            raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} "
-                             "does not exist)")
         # Read with SQL, not MLflow (whose import and store take seconds): the check too.
         check_sqlite_store(uri)
     else:
@@ -61,12 +69,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     from orchestration.findings import findings
-    from orchestration.paths import resolve_tracking_uri
     from orchestration.tracking import check_tracking
 
-    uri = resolve_tracking_uri(args.tracking_uri, None)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
-        raise SweepError(f"--tracking-uri {uri}: no such store (file {uri[len('sqlite:///'):]} does not exist)")
+    uri = _existing_store(args.tracking_uri)
     check_tracking(uri)
     text, table = findings(uri, args.experiment or None, args.format)
     if args.output:

@@ -37,6 +37,7 @@ import pandas as pd
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
 from orchestration.labels import OWN_COLUMNS, fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.paths import sqlite_path
 from orchestration.stats import paired_delta, t_quantile
 
 FORMATS = ("md", "csv", "latex", "html")
@@ -63,18 +64,15 @@ def _client(uri: str):
 MLFLOW_TABLES = ("experiments", "runs")  # what makes a sqlite file an MLflow store here
 
 
-def _sqlite_path(uri: str) -> str:
-    return uri[len("sqlite:///"):].split("?", 1)[0]
-
-
 def _is_sqlite_file(uri: str) -> bool:
     # A missing file goes to MLflow, which creates the store (a reader must not).
-    return uri.startswith("sqlite:///") and Path(_sqlite_path(uri)).is_file()
+    path = sqlite_path(uri)
+    return path is not None and Path(path).is_file()
 
 
 def _connect(uri: str) -> sqlite3.Connection:
     """Read-only: the leaderboard never writes the store, not even a schema."""
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri) or ""
     if not Path(path).is_file():
         raise FileNotFoundError(path)
     # Quoted: a '?', '#' or '%' in the path would otherwise be read as part of the URI.

@@ -71,6 +71,13 @@ def absolute_tracking_uri(uri: str, cwd: Path | None = None) -> str:
     return uri
 
 
+def sqlite_path(uri: str) -> str | None:
+    """The database file of a sqlite:/// URI (its ?options dropped), None for any other store."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return uri[len("sqlite:///"):].split("?", 1)[0]
+
+
 def default_tracking_uri(cwd: Path | None = None) -> str:
     return f"sqlite:///{(cwd or Path.cwd()).resolve() / DEFAULT_DB}"
 

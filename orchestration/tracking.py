@@ -35,6 +35,7 @@ import yaml
 
 from orchestration import mlflow_extras
 from orchestration.errors import TrackingUnavailable
+from orchestration.paths import sqlite_path
 from orchestration.tm import mean_reference, time_basis, trial_tm
 
 EPOCH_PREFIX = "epoch/"
@@ -81,8 +82,8 @@ def check_tracking(uri: str) -> None:
         if reply.status_code != 200:
             raise TrackingUnavailable(f"tracking server {uri} answered HTTP {reply.status_code} on /health; "
                                       "is it an MLflow server?")
-    elif uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
+    elif sqlite_path(uri) is not None:
+        folder = Path(sqlite_path(uri)).parent
         if not folder.is_dir():
             raise TrackingUnavailable(f"tracking store {uri}: folder {folder} does not exist")
     from mlflow.tracking import MlflowClient
@@ -104,7 +105,7 @@ def _schema_lock(uri: str) -> Iterator[None]:
         return
     import fcntl
 
-    lock = Path(uri[len("sqlite:///"):] + ".lock")
+    lock = Path(sqlite_path(uri) + ".lock")
     with lock.open("a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
