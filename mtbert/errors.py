@@ -4,3 +4,7 @@ them does not import torch and transformers (seconds on every `mtbert` command).
 
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
+
+
+class DataError(ValueError):
+    """A user error in data or data config: one readable line naming the file, row or key."""

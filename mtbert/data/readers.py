@@ -18,6 +18,7 @@ from typing import Any
 from mtbert.config import ColumnMap, Config
 from mtbert.data.synthetic import make_synthetic
 from mtbert.data.types import BadRows, Example
+from mtbert.errors import DataError
 from mtbert.tasks import TaskSpec, get_task
 
 FORMATS = ("auto", "cs224n", "csv", "tsv", "jsonl")
@@ -30,10 +31,6 @@ EMPTY_TEXT = "empty text"
 MISSING_TEXT2 = "missing second sentence"
 
 Fields = dict[str, Any]
-
-
-class DataError(ValueError):
-    """A user error in data or data config: one readable line naming the file, row or key."""
 
 
 # --------------------------------------------------------------------------- one file

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import os
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +19,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtbert.config import Config
+from mtbert.data.cache import build_once
 from mtbert.data.readers import DataError, load_splits
 from mtbert.data.types import Batch, BadRows, Encoded, Example
 from mtbert.hub import pretrained_source
@@ -68,9 +67,9 @@ def _tiny_tokenizer(texts: list[str], cache_dir: Path) -> PreTrainedTokenizerFas
     if not texts:
         raise DataError("model.name_or_path: tiny trains its tokenizer on the training texts; none given")
     path = cache_dir / f"tokenizer-tiny-{_hash_texts(texts)[:20]}.json"
-    if not path.is_file():
-        _atomic_write(path, lambda tmp: tmp.write_text(train_wordpiece(texts).to_str(), encoding="utf-8"))
-    # Always load from the file: when trials race, all of them then use the stored winner.
+    build_once(path, lambda p: p if p.is_file() else None, lambda: train_wordpiece(texts).to_str(),
+               lambda text, tmp: tmp.write_text(text, encoding="utf-8"))
+    # Always load from the file: every trial then uses the same stored vocabulary.
     return _wrap(path)
 
 
@@ -281,20 +280,6 @@ def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
 
 # --------------------------------------------------------------------------- cache
 
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Write via a temporary file and rename, so racing processes never read a partial file."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-    except OSError as exc:
-        raise DataError(f"data.cache_dir: cannot write {path} ({exc.strerror or exc})") from None
-
-
 def cache_key(fingerprint: str, examples: list[Example], task: TaskSpec, encoding: str,
               max_length: int) -> str:
     h = hashlib.sha256(f"v{CACHE_VERSION}|{fingerprint}|{task.name}|{task.kind}|"
@@ -309,7 +294,7 @@ def _save(ds: TaskDataset, path: Path) -> None:
              "ids": [p.ids.to(torch.int32) for p in ds.packed],
              "types": [p.types.to(torch.int8) for p in ds.packed],
              "lengths": [p.lengths.to(torch.int32) for p in ds.packed], "truncation": ds.truncation}
-    _atomic_write(path, lambda tmp: torch.save(state, tmp))
+    torch.save(state, path)
 
 
 def _load(path: Path) -> TaskDataset | None:
@@ -335,10 +320,8 @@ def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples
                   split: str) -> TaskDataset:
     key = cache_key(fingerprint, examples, task, encoding, max_length)
     path = cache_dir / f"{task.name}-{split}-{key[:24]}.pt"
-    ds = _load(path)
-    if ds is None:
-        ds = encode_examples(tokenizer, examples, task, encoding, max_length)
-        _save(ds, path)
+    ds, _ = build_once(path, _load, lambda: encode_examples(tokenizer, examples, task, encoding, max_length),
+                       _save)
     ds.truncation = {**ds.truncation, "split": split}
     return ds
 

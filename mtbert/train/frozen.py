@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from mtbert.data.tokenize import TaskDataset, _atomic_write, collate
+from mtbert.data.cache import build_once
+from mtbert.data.tokenize import TaskDataset, collate
 from mtbert.data.types import Batch
 from mtbert.model.multitask import MultitaskModel, Packed, _additive_mask
 
@@ -134,12 +135,10 @@ class FrozenCache:
                     key = hashlib.blake2b(f"v{CACHE_VERSION}|{weights}|{self.start}|{pooling}|{precision}|"
                                           f"{_digest_side(ds, s)}".encode(), digest_size=12).hexdigest()
                     path = cache_dir / f"frozen-{task}-{split}-{s}-{key}.pt"
-                    side = _load(path)
-                    if side is None:
-                        side = compute_side(model, ds, s, pad_id, device, autocast)
-                        _atomic_write(path, lambda tmp, side=side: torch.save(
-                            {"flat": side.flat, "lengths": side.lengths}, tmp))
-                        self.built += 1
+                    side, built = build_once(
+                        path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast),
+                        lambda side, tmp: torch.save({"flat": side.flat, "lengths": side.lengths}, tmp))
+                    self.built += built
                     sides.append(side)
                 self.sides[(split, task)] = sides
         log(f"frozen layers: embeddings + {self.start} of {model.num_layers} encoder layers "
