@@ -79,5 +79,6 @@ def regime_label(config: dict[str, Any], swept: list[str], defaults: dict[str, A
         value = parse_param(config[key])
         if value == defaults.get(key):
             continue
-        parts.append(f"{SHORT_NAMES.get(key, key)}={fmt_value(value)}")
+        text = "all" if key == "freeze.layers" and value == -1 else fmt_value(value)  # -1: the whole encoder
+        parts.append(f"{SHORT_NAMES.get(key, key)}={text}")
     return " ".join(parts)
