@@ -19,7 +19,13 @@ Per size it prints:
   trial            summed trial time: each trial function's own wall time as Tune measures
                    it (time_total_s: training, evaluation, checkpoints)
   ratio            wall / summed trial time, x C (C trials at once; 1.0 = no overhead)
-  MLflow/trial     driver time in MLflow calls (writer thread + reads) per trial
+  MLflow s         driver time in MLflow calls (writer thread + reads)
+  reads s          of which reads: the whole-sweep passes at the end (and lookups on resume)
+  MLflow/trial     MLflow s per trial
+  CPU/trial        the writer thread's own CPU in its calls, per trial: the rest of its time
+                   is waiting on the store (HTTP, fsync) or on the GIL (Tune's loop shares the
+                   driver process): MLflow/trial rising with CPU/trial flat means each call
+                   waits longer, not that it does more work
   calls/trial      MLflow client calls per trial
 and, over the sizes, the fitted growth exponent b of total MLflow time ~ N^b (1.0 = flat per
 trial). Short trials make the fixed costs (Ray start, worker start, data) stand out.
@@ -178,7 +184,7 @@ def one_size(trials: int, args) -> dict:
         os.chdir(ROOT)
     return {"n": outcome.trials, "finished": outcome.finished, "failed": outcome.failed, "wall": wall,
             "trial": outcome.trial_time_s, "train": outcome.train_time_s, "mlflow": outcome.logging_s,
-            "calls": outcome.mlflow_calls}
+            "reads": outcome.reads_s, "cpu": outcome.writer_cpu_s, "calls": outcome.mlflow_calls}
 
 
 def growth_exponent(rows: list[dict], key: str) -> float:
@@ -233,7 +239,7 @@ def run_sizes(args, server: bool = False) -> None:
     print(f"{args.epochs} epoch(s) x {args.steps} steps per trial, {args.trainable} trainable, {c} at once, "
           f"MLflow {('server ' if server else '') + (args.tracking_uri or 'sqlite (temporary)')}")
     print(f"{'trials':>7} {'failed':>6} {'wall s':>8} {'trial s':>8} {'ratio xC':>8} {'MLflow s':>8} "
-          f"{'MLflow/trial s':>14} {'calls/trial':>11}")
+          f"{'reads s':>7} {'MLflow/trial s':>14} {'CPU/trial s':>11} {'calls/trial':>11}")
     # Ray once for every size, started here: its workers keep the driver's working folder,
     # and each size's temporary folder is gone when the next size starts.
     from orchestration.launch import _init_ray
@@ -244,11 +250,13 @@ def run_sizes(args, server: bool = False) -> None:
         r = one_size(n, args)
         rows.append(r)
         ratio = r["wall"] / r["trial"] * c if r["trial"] else float("nan")
+        n = max(r["n"], 1)
         print(f"{r['n']:>7} {r['failed']:>6} {r['wall']:>8.1f} {r['trial']:>8.1f} {ratio:>8.2f} {r['mlflow']:>8.2f} "
-              f"{r['mlflow'] / max(r['n'], 1):>14.4f} {r['calls'] / max(r['n'], 1):>11.1f}", flush=True)
+              f"{r['reads']:>7.2f} {r['mlflow'] / n:>14.4f} {r['cpu'] / n:>11.4f} {r['calls'] / n:>11.1f}", flush=True)
     if len(rows) > 1:
         print(f"growth exponent of MLflow time in trials: {growth_exponent(rows, 'mlflow'):.2f} "
-              f"(calls: {growth_exponent(rows, 'calls'):.2f}; 1.0 = flat per trial)")
+              f"(writer CPU: {growth_exponent(rows, 'cpu'):.2f}, calls: {growth_exponent(rows, 'calls'):.2f}; "
+              "1.0 = flat per trial)")
         first, last = rows[0], rows[-1]
         r0, r1 = first["wall"] / first["trial"], last["wall"] / last["trial"]
         print(f"overhead ratio at {last['n']} trials / at {first['n']}: {r1 / r0:.2f}")

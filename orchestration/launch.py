@@ -45,7 +45,9 @@ class SweepOutcome:
     wall_s: float = 0.0
     trial_time_s: float = 0.0  # summed wall time of the trial functions (Tune's time_total_s)
     train_time_s: float = 0.0  # summed training-step time (train()'s train_time_s)
-    logging_s: float = 0.0  # driver time in MLflow calls
+    logging_s: float = 0.0  # driver time in MLflow calls: the writer thread's and the reads'
+    reads_s: float = 0.0  # of which reads (start, resume, the whole-sweep passes at the end)
+    writer_cpu_s: float = 0.0  # the writer thread's own CPU in its calls (outbox.busy_cpu_s)
     mlflow_calls: int = 0  # MLflow client calls of this driver (per trial in CALLS_FILE)
     best: dict[str, Any] = field(default_factory=dict)
     experiment_id: str = ""
@@ -516,6 +518,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
              status: str, t_start: float) -> SweepOutcome:
     outcome = SweepOutcome(run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id,
                            status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
+                           reads_s=tracking.sync_s, writer_cpu_s=tracking.live.outbox.busy_cpu_s,
                            experiment_id=tracking.experiment_id)
     best_value = None
     for run in tracking.children():

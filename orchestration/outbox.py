@@ -75,6 +75,9 @@ class Outbox:
         self.sent = 0
         self.dropped = 0
         self.busy_s = 0.0  # writer time in the store's calls
+        # Of which the writer thread's own CPU: the rest is waiting, on the store (a server's
+        # round trips, sqlite's fsync) or on the GIL while the driver's other threads run.
+        self.busy_cpu_s = 0.0
         if self.journal is not None:
             self._load()
 
@@ -178,11 +181,11 @@ class Outbox:
                 if not self._queue:
                     return
                 op = self._queue[0]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 self._apply(op, bool(op.get("replay")))
             except Exception as exc:  # noqa: BLE001 - sorted below: store away vs store says no
-                self.busy_s += time.perf_counter() - t0
+                self._busy(t0, c0)
                 if is_permanent(exc):
                     self.dropped += 1
                     self._warn(f"warning: MLflow refused a {op.get('do')} write for {op.get('ref')}: {reason(exc)}")
@@ -198,10 +201,14 @@ class Outbox:
                     self._cond.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
                 continue
-            self.busy_s += time.perf_counter() - t0
+            self._busy(t0, c0)
             backoff = FIRST_BACKOFF_S
             self.sent += 1
             self._done(op)
+
+    def _busy(self, t0: float, c0: float) -> None:
+        self.busy_s += time.perf_counter() - t0
+        self.busy_cpu_s += time.thread_time() - c0
 
     def _done(self, op: dict) -> None:
         with self._cond:
