@@ -202,6 +202,9 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
     return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
             "scheduler": sweep.spec.scheduler.type, "ray_experiment": str(run_dir),
             "space_keys": ",".join(d.key for d in sweep.dims), "smoke": str(sweep.smoke).lower(),
+            # The leaderboard labels by these too: a baseline that differs outside the space
+            # (round robin vs the space's annealed sampling) must not read like a space point.
+            "baseline_keys": ",".join(sweep.baseline),
             "num_trials": str(total), "driver_host": socket.gethostname(),
             "tasks": ",".join(sweep.base["tasks"]), "tm_score": sweep.spec.tracking.tm_score,
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.

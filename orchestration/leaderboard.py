@@ -2,8 +2,8 @@
 
     mtbert leaderboard --experiment smoke --format md
 
-One row per configuration: regime (head regime, encoder sharing k, and any other swept key
-off its default), learning rate, loss weights, best dev overall and its epoch, the task
+One row per configuration: regime (head regime, encoder sharing k, and any other swept key or
+baseline override off its default), learning rate, loss weights, best dev overall and its epoch, the task
 scores at that epoch, train time, model size, peak memory and TM-relative score. The baseline is marked
 with * and pinned first, as in the paper. A configuration run under several seeds is one
 row of mean ± the 95% t-interval half-width (n seeds; orchestration/stats.py), and Δ overall
@@ -366,7 +366,9 @@ def _task_metrics(parent_tags: dict[str, str]) -> list[str]:
 
 
 def _swept(parent_tags: dict[str, str]) -> list[str]:
-    return [k for k in parent_tags.get("space_keys", "").split(",") if k]
+    """The keys a row's label may name: the space's, then the baseline's own overrides."""
+    keys = parent_tags.get("space_keys", "").split(",") + parent_tags.get("baseline_keys", "").split(",")
+    return list(dict.fromkeys(k for k in keys if k))
 
 
 def _numeric(task_metrics: list[str]) -> list[str]:

@@ -116,3 +116,17 @@ def test_every_format_shows_the_interval_and_delta(table):
         assert col in csv.columns
     row = csv.set_index("variant").loc["p000"]
     assert row["overall_delta_ci95"] == pytest.approx(dhalf) and row["overall_delta_n"] == 5
+
+
+def test_a_baseline_that_differs_outside_the_space_says_how():
+    # pals.yaml: the space sweeps PALs under annealed sampling; the baseline samples round robin.
+    rows = [("baseline", "baseline", 0, "I-I-I", 0.6), ("p000", "search", 0, "I-I-I", 0.61),
+            ("p001", "search", 0, "I-I-I", 0.62)]
+    runs = _runs(rows).assign(**{"params.sampling.strategy": ["round_robin", "annealed", "annealed"],
+                                 "params.sharing.pal_size": ["0", "0", "96"]})
+    tags = {"tasks": "sst,para,sts", "space_keys": "sharing.pal_size"}
+    labels = lambda t: dict(zip(t["variant"], t["regime"]))  # noqa: E731
+    assert labels(build_table(runs, tags)) == {"baseline": "I-I-I k=all", "p000": "I-I-I k=all",
+                                               "p001": "I-I-I k=all pal=96"}  # a sweep logged before the tag
+    assert labels(build_table(runs, {**tags, "baseline_keys": "sampling.strategy,sharing.pal_size"})) == {
+        "baseline": "I-I-I k=all", "p000": "I-I-I k=all sampling=annealed", "p001": "I-I-I k=all pal=96 sampling=annealed"}
