@@ -8,7 +8,6 @@ orchestration/callbacks.py), so an ASHA stop or a dead worker cannot leave a run
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,3 @@ def run_trial(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as state_dir:
             log(f"resuming from {checkpoint.path}")
             train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
-    if output_dir is not None:
-        # Finished: the resumable state lives on in Tune's checkpoint, so the working copy
-        # (model and optimizer, ~100 MB a MiniLM trial, a quarter of what a trial keeps) goes.
-        shutil.rmtree(output_dir / "last", ignore_errors=True)

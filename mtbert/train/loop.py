@@ -189,6 +189,9 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
           log: Callable[[str], None] | None = print, progress=None) -> Result:
     """`output_dir` gets result.json, the best epoch's model bundle (best/) and, after every
     epoch, the resumable state (last/state.pt) that `resume_from=output_dir / "last"` continues.
+    With a `reporter` the state goes to it instead (a sweep trial: Tune's checkpoint is the
+    state its retries and resumes start from, so a copy in the trial's folder would only
+    cost a model and its optimizer moments of disk writes every epoch).
     `progress`, when given, is told about every step (mtbert/train/progress.py)."""
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
@@ -219,11 +222,12 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     rng_state = None
     if resume_from is not None:
         state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if "scheduler" in state:  # the resumed run continues on the same LR curve
-            scheduler.load_state_dict(state["scheduler"])
-        weighting.load_state_dict(state.get("weighting", {}))
+        if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            if "scheduler" in state:  # the resumed run continues on the same LR curve
+                scheduler.load_state_dict(state["scheduler"])
+            weighting.load_state_dict(state.get("weighting", {}))
         history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
         flops = history[-1].get("train_flops", 0) if history else 0
         rng_state = state.get("rng")
@@ -321,11 +325,14 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         state = None
         if cfg.train.save_checkpoint and (out_dir is not None or reporter is not None):
             state = _state(model, optimizer, scheduler, weighting, history, timer.elapsed, epoch)
-        if out_dir is not None and state is not None:
+        if out_dir is not None and state is not None and reporter is None:
             _save_state(state, out_dir / "last")
+        out_of_patience = cfg.train.patience is not None and since_best >= cfg.train.patience
         if reporter is not None:
+            if state is not None and (epoch == cfg.train.epochs or out_of_patience):
+                state = _final_state(state)
             _report(reporter, m, state, cfg, out_dir / "best" if out_dir is not None else None)
-        if cfg.train.patience is not None and since_best >= cfg.train.patience:
+        if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
                 f"best epoch {best['epoch']}")
             break
@@ -443,6 +450,15 @@ def _state(model, optimizer, scheduler, weighting: Weighting, history, train_tim
             "scheduler": scheduler.state_dict(), "weighting": weighting.state_dict(), "history": history,
             "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
             "sampler": sampler_position(epoch)}
+
+
+def _final_state(state: dict) -> dict:
+    """The last checkpoint of a run that has finished: its history, not its weights. A resume
+    from it trains no epoch (the budget or the patience is spent), so nothing would read the
+    model, optimizer and scheduler, which for AdamW are about three times the model's size
+    on the disk of every finished sweep trial. The best epoch's model travels beside it (best/)."""
+    return {**{k: v for k, v in state.items() if k not in ("model", "optimizer", "scheduler", "weighting")},
+            "final": True}
 
 
 def _save_state(state: dict, path: Path) -> None:

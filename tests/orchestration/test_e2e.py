@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
@@ -94,6 +95,15 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
         log = (folder / "train.log").read_text()
         assert f" trial {folder.name.rsplit('_', 1)[0]} pid " in log.splitlines()[0], log  # its own
         assert " epoch 1/" in log and "working folder" not in log, log
+        assert not (folder / "output" / "last").exists() and (folder / "output" / "best").is_dir(), folder
+    # A trial that ran its whole budget (--smoke: 2 epochs; ASHA may stop others after one)
+    # keeps its history and best model in its last checkpoint, not its weights.
+    whole = [f for f in trials if " epoch 2/2" in (f / "train.log").read_text()]
+    assert whole, [(f / "train.log").read_text() for f in trials]
+    for folder in whole:
+        [ckpt] = folder.glob("checkpoint_*")
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        assert state["final"] and "model" not in state and (ckpt / "best" / "model.pt").is_file(), folder
 
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()

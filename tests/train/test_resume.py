@@ -81,6 +81,31 @@ def test_without_the_rng_states_the_resumed_run_differs(cfg, straight, checkpoin
     assert figures(resumed)[1:] != figures(straight)[1:]
 
 
+def test_a_finished_runs_last_checkpoint_keeps_its_history_not_its_weights(cfg, straight, tmp_path):
+    """A sweep keeps every finished trial's last checkpoint: weights and AdamW moments there
+    would be ~3x the model per trial, and nothing reads them (no epoch is left to train)."""
+    kept: list[Path] = []
+
+    def reporter(metrics, checkpoint_dir):
+        kept.append(Path(shutil.copytree(checkpoint_dir, tmp_path / f"epoch{metrics['epoch']}")))
+
+    out = tmp_path / "out"
+    train(cfg, reporter=reporter, output_dir=out, log=None)
+    states = [torch.load(k / STATE_FILE, weights_only=False) for k in kept]
+    assert [s.get("final", False) for s in states] == [False, False, True]
+    assert {"model", "optimizer"} <= set(states[1]) and not {"model", "optimizer"} & set(states[2])
+    assert (kept[2] / STATE_FILE).stat().st_size < (kept[1] / STATE_FILE).stat().st_size / 10
+    assert (kept[2] / "best" / "model.pt").is_file()  # the model the driver logs travels beside it
+    assert not (out / "last").exists()  # the reporter's checkpoint is the state; no second copy
+
+    # Tune restarts a trial from it when the driver died before recording the trial as ended.
+    calls: list = []
+    again = train(cfg, reporter=lambda m, c: calls.append(m), resume_from=kept[2], log=None)
+    assert calls == [] and figures(again) == figures(straight)
+    assert {k: v for k, v in again.metrics.items() if "time" not in k and "memory" not in k} == \
+           {k: v for k, v in straight.metrics.items() if "time" not in k and "memory" not in k}
+
+
 @pytest.mark.slow
 def test_cli_train_killed_and_resumed_equals_straight_run(tmp_path):
     """`mtbert train --output DIR` killed (SIGKILL) after its first epoch, then `--resume`.
