@@ -32,6 +32,7 @@ import pandas as pd
 
 from orchestration.errors import SweepError
 from orchestration.labels import parse_param
+from orchestration.paths import fluent_tracking_uri
 from orchestration.stats import paired_delta
 
 VERDICTS = ("holds", "contradicted", "inconclusive", "not run")
@@ -110,9 +111,9 @@ def read_runs(uri: str, experiments: list[str] | None = None) -> pd.DataFrame:
         found = {i: n for i, n in found.items() if n in experiments}
     if not found:
         return pd.DataFrame()
-    mlflow.set_tracking_uri(uri)
-    runs = mlflow.search_runs(experiment_ids=list(found), filter_string="attributes.status = 'FINISHED'",
-                              output_format="pandas", max_results=50000)
+    with fluent_tracking_uri(uri):
+        runs = mlflow.search_runs(experiment_ids=list(found), filter_string="attributes.status = 'FINISHED'",
+                                  output_format="pandas", max_results=50000)
     if runs.empty:
         return runs
     runs = runs[runs.get("tags.role", pd.Series("", index=runs.index)).fillna("") != "sweep"]

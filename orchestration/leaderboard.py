@@ -37,7 +37,7 @@ import pandas as pd
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
 from orchestration.labels import OWN_COLUMNS, fmt_lr, fmt_weighting, parse_param, regime_label
-from orchestration.paths import sqlite_path
+from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.stats import paired_delta, t_quantile
 
 FORMATS = ("md", "csv", "latex", "html")
@@ -238,10 +238,10 @@ def child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequenc
 def search_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
     import mlflow
 
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_ids=[experiment_id],
-                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-                              output_format="pandas", max_results=50000)
+    with fluent_tracking_uri(uri):
+        return mlflow.search_runs(experiment_ids=[experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                                  output_format="pandas", max_results=50000)
 
 
 def _only(keys: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestration.paths import fluent_tracking_uri
+
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI's "model training" kind
 SYSTEM_PREFIX = "system/"  # MLflow's prefix for system metrics (its System metrics tab)
@@ -300,8 +302,6 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
 
     client = MlflowClient(uri)
     before = client.get_run(run_id).info
-    previous_uri = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
     quiet = logging.getLogger("mlflow")
     level = quiet.level
     try:
@@ -316,14 +316,13 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
             # installed; compiled caches stay behind.
             code = Path(tmp) / "mtbert"
             shutil.copytree(Path(mtbert.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
-            with mlflow.start_run(run_id=run_id):
+            with fluent_tracking_uri(uri), mlflow.start_run(run_id=run_id):
                 info = mlflow.pyfunc.log_model(
                     name=MODEL_NAME, python_model=_pyfunc_class()(), artifacts={"bundle": str(bundle_dir)},
                     code_paths=[str(code)], pip_requirements=_requirements(), input_example=example,
                     registered_model_name=register_as)
     finally:
         quiet.setLevel(level)
-        mlflow.set_tracking_uri(previous_uri)
         if before.status != "RUNNING":
             client.set_terminated(run_id, status=before.status, end_time=before.end_time)
     return info.model_uri

@@ -3,8 +3,9 @@ another node), so a relative data dir or sqlite URI would point somewhere else t
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 RUNS_DIR = "runs"  # Ray Tune storage (one folder per sweep run) under the launch directory
 DEFAULT_DB = "mlflow.db"
@@ -111,6 +112,21 @@ def resolve_tracking_uri(cli_uri: str | None, sweep_uri: str | None, cwd: Path |
     uri = cli_uri or sweep_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cwd)
     check_uri_shape(uri, where)
     return absolute_tracking_uri(uri, cwd)
+
+
+@contextmanager
+def fluent_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent calls (search_runs, start_run, log_model) read one process-wide URI,
+    and setting it also writes $MLFLOW_TRACKING_URI for subprocesses: a library call that
+    set it and left would send the caller's next default-store read to this store."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)  # None clears both again
 
 
 def runs_dir(cwd: Path | None = None) -> Path:

@@ -152,6 +152,22 @@ def test_sql_reader_failure_falls_back_to_mlflow_in_one_line(store, monkeypatch,
                    "through MLflow's API" for what in ("finding the sweep", "reading the runs")]
 
 
+def test_reading_through_mlflow_leaves_the_default_store_alone(store, monkeypatch):
+    """MLflow's fluent reads take a process-wide URI (and write it to $MLFLOW_TRACKING_URI):
+    a leaderboard read in a Python session must not move that session's default store."""
+    uri, _, pid, _, _ = store
+    import mlflow
+
+    exp, _ = search_find_sweep(uri, "board")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    default = mlflow.get_tracking_uri()
+    assert len(search_child_runs(uri, exp, pid)) == 4
+    assert "MLFLOW_TRACKING_URI" not in os.environ and mlflow.get_tracking_uri() == default
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    assert len(search_child_runs(uri, exp, pid)) == 4
+    assert os.environ["MLFLOW_TRACKING_URI"] == mlflow.get_tracking_uri() == "sqlite:///elsewhere.db"
+
+
 def test_cli_on_sqlite_imports_no_mlflow_and_logs_the_plot(store, tmp_path):
     uri, _, pid, _, _ = store
     out = tmp_path / "board.md"
