@@ -277,6 +277,11 @@ class TrainConfig:
     # max_length and n. Frozen layers then run in eval mode (no dropout) whether cached or
     # not. The cache is skipped when it would exceed this size (MB on disk); 0 = off.
     frozen_cache_mb: int = 4096
+    # Linear probe, then fine-tune: the heads first train on the frozen encoder for one pass
+    # over the training data (the frozen reference's recipe, read from the frozen-layer cache),
+    # and fine-tuning starts from them. Random heads at step 1 send random gradients into the
+    # pretrained layers; from probed heads the run starts at the frozen reference's level.
+    probe: bool = False
 
 
 @dataclass

@@ -6,6 +6,7 @@ MLflow metrics, `mtbert train` into log lines.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -203,6 +204,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     tok = prepared.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
+    # A resumed run's state already holds the probed heads (and the probe's time and FLOPs).
+    probed = _probe(model, cfg, prepared, log) if cfg.train.probe and resume_from is None else None
     cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, bf16, log)
     start = cache.start if cache is not None else 0
     weighting = make_weighting(cfg, device)
@@ -219,6 +222,11 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     history: list[dict] = []
     timer = measure.StepTimer(device)
     start_epoch, flops = 1, 0
+    # The fine-tuned row pays for its probe's steps, and says where the probe left it.
+    start_from = {}
+    if probed is not None:
+        timer.elapsed, flops = probed["train_time_s"], probed["train_flops"]
+        start_from = {"probe_overall": probed["overall"]}
     rng_state = None
     if resume_from is not None:
         state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
@@ -229,6 +237,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                 scheduler.load_state_dict(state["scheduler"])
             weighting.load_state_dict(state.get("weighting", {}))
         history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
+        start_from = {k: history[0][k] for k in ("probe_overall",) if history and k in history[0]}
         flops = history[-1].get("train_flops", 0) if history else 0
         rng_state = state.get("rng")
         log(f"resumed from {resume_from} at epoch {start_epoch}")
@@ -310,7 +319,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                  epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops,
                  lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
                  peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
-                 params_total=params_total, params_trainable=params_trainable, **trunc)
+                 params_total=params_total, params_trainable=params_trainable, **trunc, **start_from)
         if best is None or m["overall"] > best["overall"]:
             best, since_best = m, 0
             if out_dir is not None and cfg.train.save_checkpoint:
@@ -342,12 +351,27 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     final.update(best_epoch=best["epoch"], train_time_s=timer.elapsed, train_flops=flops,
                  peak_memory_mb=max(h["peak_memory_mb"] for h in history), model_size_mb=size_mb,
                  params_total=params_total, params_trainable=params_trainable, epochs_run=len(history),
-                 **trunc)
+                 **trunc, **start_from)
     result = Result(final, history, to_dict(cfg), prepared.data_report(),
                     [t.to_dict() for t in prepared.truncation()])
     if out_dir is not None:
         result.save(out_dir / "result.json")
     return result
+
+
+def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
+    """train.probe: train the heads on the frozen encoder (one pass over the largest task's
+    training set, constant head rate, no warmup) and load the result into `model`, whose
+    encoder is still the pretrained one. Returns the probe's final metrics."""
+    probe = copy.deepcopy(cfg)
+    probe.freeze.layers, probe.train.probe = -1, False
+    probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
+    probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, True
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(probe, output_dir=tmp, prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
+        model.load_state_dict(torch.load(Path(tmp) / "best" / "model.pt", map_location="cpu"))
+    log(f"probe: heads trained on the frozen encoder (overall {result.metrics['overall']:.4f}); fine-tuning from them")
+    return result.metrics
 
 
 def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id: int, device, autocast,
