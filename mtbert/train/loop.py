@@ -360,13 +360,16 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
 
 
 def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
-    """train.probe: train the heads on the frozen encoder (one pass over the largest task's
-    training set, constant head rate, no warmup) and load the result into `model`, whose
-    encoder is still the pretrained one. Returns the probe's final metrics."""
+    """train.probe: train the heads on the frozen encoder (one epoch of the sampler's own
+    length, i.e. one pass over the training data; constant head rate, no warmup) and load the
+    result into `model`, whose encoder is still the pretrained one. Returns the probe's final
+    metrics. Without the frozen-layer cache (PALs, or over train.frozen_cache_mb) every probe
+    step runs the whole encoder forward: the probe then costs about a third of an epoch."""
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, True
+    probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache
     with tempfile.TemporaryDirectory() as tmp:
         result = train(probe, output_dir=tmp, prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
         model.load_state_dict(torch.load(Path(tmp) / "best" / "model.pt", map_location="cpu"))
