@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from orchestration.paths import fluent_tracking_uri
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -264,9 +266,9 @@ def _pyfunc_class():
 
             self.bundle = load_model(context.artifacts["bundle"])
 
-        def predict(self, context, model_input, params=None):
-            import pandas as pd
-
+        # Annotated as a DataFrame, which MLflow takes as "no schema from the hint": without
+        # a hint it prints a warning on every sweep's console asking for one.
+        def predict(self, context, model_input: pd.DataFrame, params=None):
             from mtbert.tasks import get_task
 
             texts = [str(t) for t in model_input["text"]]
@@ -291,7 +293,6 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
     """Log a bundle folder to a finished run as a pyfunc model (optionally registered);
     returns the model URI. The run keeps its status and end time."""
     import mlflow
-    import pandas as pd
     from mlflow.tracking import MlflowClient
 
     import mtbert
