@@ -98,6 +98,10 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
             root = Path(__file__).resolve().parents[1]
             modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
     local = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
+    if not address:
+        # Ray says at every start of a local cluster that token authentication is on (the
+        # default); this one lives and dies with the sweep, so the notice is noise there.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None, **local, **common)
     return not address
 
