@@ -364,7 +364,8 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
     length, i.e. one pass over the training data; constant head rate, no warmup) and load the
     result into `model`, whose encoder is still the pretrained one. Returns the probe's final
     metrics. Without the frozen-layer cache (PALs, or over train.frozen_cache_mb) every probe
-    step runs the whole encoder forward: the probe then costs about a third of an epoch."""
+    step runs the whole encoder forward (no backward): about a third of what fine-tuning for
+    one pass over the training data would cost."""
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
