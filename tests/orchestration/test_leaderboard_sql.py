@@ -164,8 +164,11 @@ def test_reading_through_mlflow_leaves_the_default_store_alone(store, monkeypatc
     assert len(search_child_runs(uri, exp, pid)) == 4
     assert "MLFLOW_TRACKING_URI" not in os.environ and mlflow.get_tracking_uri() == default
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
-    assert len(search_child_runs(uri, exp, pid)) == 4
-    assert os.environ["MLFLOW_TRACKING_URI"] == mlflow.get_tracking_uri() == "sqlite:///elsewhere.db"
+    try:
+        assert len(search_child_runs(uri, exp, pid)) == 4
+        assert os.environ["MLFLOW_TRACKING_URI"] == mlflow.get_tracking_uri() == "sqlite:///elsewhere.db"
+    finally:
+        mlflow.set_tracking_uri(None)  # as this test found it; the environment goes back by monkeypatch
 
 
 def test_cli_on_sqlite_imports_no_mlflow_and_logs_the_plot(store, tmp_path):
