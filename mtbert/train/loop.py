@@ -46,6 +46,9 @@ class Result:
     config: dict = field(default_factory=dict)
     data_report: list[str] = field(default_factory=list)  # bad-row and truncation summaries
     truncation: list[dict] = field(default_factory=list)  # per task and split: what max_length cut
+    # The model as the last epoch left it, in memory (not saved, not in to_dict); the best
+    # epoch's bundle is output_dir/best. train.probe fine-tunes from its probe's.
+    model: MultitaskModel | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {"metrics": self.metrics, "epochs": self.epochs, "config": self.config,
@@ -237,7 +240,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                 scheduler.load_state_dict(state["scheduler"])
             weighting.load_state_dict(state.get("weighting", {}))
         history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
-        start_from = {k: history[0][k] for k in ("probe_overall",) if history and k in history[0]}
+        if history and "probe_overall" in history[0]:
+            start_from = {"probe_overall": history[0]["probe_overall"]}
         flops = history[-1].get("train_flops", 0) if history else 0
         rng_state = state.get("rng")
         log(f"resumed from {resume_from} at epoch {start_epoch}")
@@ -353,7 +357,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                  params_total=params_total, params_trainable=params_trainable, epochs_run=len(history),
                  **trunc, **start_from)
     result = Result(final, history, to_dict(cfg), prepared.data_report(),
-                    [t.to_dict() for t in prepared.truncation()])
+                    [t.to_dict() for t in prepared.truncation()], model)
     if out_dir is not None:
         result.save(out_dir / "result.json")
     return result
@@ -369,11 +373,11 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
-    probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, True
+    probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
     probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache
-    with tempfile.TemporaryDirectory() as tmp:
-        result = train(probe, output_dir=tmp, prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
-        model.load_state_dict(torch.load(Path(tmp) / "best" / "model.pt", map_location="cpu"))
+    # One epoch, so its last model is its best: handed over in memory, nothing written to disk.
+    result = train(probe, prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
+    model.load_state_dict(result.model.state_dict())
     log(f"probe: heads trained on the frozen encoder (overall {result.metrics['overall']:.4f}); fine-tuning from them")
     return result.metrics
 

@@ -3,9 +3,8 @@ fine-tuning starts from them; the probe's cost counts; a resume does not probe a
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
-
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 import torch
