@@ -133,6 +133,14 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and measure.cpu_has_bf16())
 
 
+def autocast_for(precision: str, device: torch.device) -> tuple[bool, Callable]:
+    """(bf16?, a factory of the context every forward of the run enters): one answer for
+    training, evaluation and anyone who re-evaluates a run's model the way the run did."""
+    if use_bf16(precision, device):
+        return True, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return False, nullcontext
+
+
 def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
     if cfg.sampling.steps_per_epoch:
         return cfg.sampling.steps_per_epoch
@@ -200,8 +208,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
     device = measure.pick_device(cfg.train.device)
-    bf16 = use_bf16(cfg.train.precision, device)
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
+    bf16, autocast = autocast_for(cfg.train.precision, device)
 
     prepared = prepared or prepare(cfg, log=log)
     tok = prepared.tokenizer

@@ -2,8 +2,8 @@
 fine-tuning starts from them; the probe's cost counts; a resume does not probe again."""
 from __future__ import annotations
 
+import copy
 import shutil
-from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,7 @@ import torch
 from mtbert.config import build_config
 from mtbert.data.tokenize import prepare
 from mtbert.model.multitask import MultitaskModel
-from mtbert.train.loop import _probe, epoch_metrics, evaluate, train
+from mtbert.train.loop import _probe, autocast_for, epoch_metrics, evaluate, train
 
 from .test_resume import SMALL, _stopped_after_first_epoch, figures
 
@@ -27,15 +27,21 @@ def straight(cfg):
     return train(cfg, log=None)
 
 
-def test_fine_tuning_starts_where_the_probe_left_the_heads(cfg):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_fine_tuning_starts_where_the_probe_left_the_heads(cfg, precision):
     """After the probe the model holds the probe's heads (and its encoder, untrained) and
-    scores what the probe scored."""
+    scores what the probe scored, evaluated under the precision the probe ran in (named
+    here, not `auto`, so every CPU class runs both paths; bf16 is emulated where the CPU
+    lacks it)."""
+    cfg = copy.deepcopy(cfg)
+    cfg.train.precision = precision
     prepared = prepare(cfg, log=None)
     pad = prepared.tokenizer.pad_token_id
     model = MultitaskModel(cfg, vocab_size=len(prepared.tokenizer), pad_token_id=pad)
     lines: list[str] = []
     probed = _probe(model, cfg, prepared, lines.append)
-    scores = evaluate(model, prepared.dev, cfg, torch.device("cpu"), pad, nullcontext, None)
+    _, autocast = autocast_for(precision, torch.device("cpu"))
+    scores = evaluate(model, prepared.dev, cfg, torch.device("cpu"), pad, autocast, None)
     assert epoch_metrics(scores)["overall"] == pytest.approx(probed["overall"], abs=1e-4)
     assert lines[-1].startswith("probe: heads trained on the frozen encoder"), lines
 
