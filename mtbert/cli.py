@@ -105,15 +105,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from mtbert.config import build_config, parse_override, set_dotted, to_dict
     from mtbert.predict import predict_split
 
-    bundle = load_model(args.model, device=args.device)
+    folder = Path(args.model)
+    if not folder.exists():  # a name the sweep printed: a models:/ URI, a run id, a registered model
+        try:
+            from orchestration.models import resolve_bundle
+            from orchestration.paths import resolve_tracking_uri
+        except ImportError:
+            raise FileNotFoundError(f"--model {args.model}: no such folder") from None
+        folder = resolve_bundle(args.model, resolve_tracking_uri(args.tracking_uri, None))
+        print(f"model: {args.model} -> bundle {folder}")
+    bundle = load_model(folder, device=args.device)
     if args.set:
         # Data keys only matter here: the files may live elsewhere than where it trained.
         raw = to_dict(bundle.config)
         for key, value in map(parse_override, args.set):
             set_dotted(raw, key, value)
-        bundle.config = build_config(raw, source=f"{args.model}/config.yaml")
-    output = Path(args.output) if args.output else Path(args.model) / "predictions"
-    done = predict_split(bundle, args.split, output)
+        bundle.config = build_config(raw, source=f"{folder}/config.yaml")
+    output = Path(args.output) if args.output else folder / "predictions"
+    done = predict_split(bundle, args.split, output, as_trained=args.as_trained)
     scored = [p for p in done if p.score is not None]
     if scored:
         from mtbert.train.metrics import overall
@@ -138,8 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "partial folder first; RNG states restored: the result equals an uninterrupted run's)")
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("predict", help="predict a split with a trained model bundle")
-    p.add_argument("--model", required=True, help="a model bundle: the best/ folder of a run")
+    p.add_argument("--model", required=True,
+                   help="a model bundle folder (a run's best/), or what a sweep prints: a models:/ URI, "
+                   "a run id, a registered model name (its latest version)")
+    p.add_argument("--tracking-uri", help="the MLflow store a models:/ URI, run id or name is read from "
+                   "(default: $MLFLOW_TRACKING_URI, else ./mlflow.db)")
     p.add_argument("--split", default="dev", choices=["dev", "test"])
+    p.add_argument("--as-trained", action="store_true",
+                   help="score only the dev examples the run scored (its data.max_dev_examples cap); "
+                   "default: the whole split")
     p.add_argument("--output", help="folder for the prediction files (default: <model>/predictions)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -3,9 +3,9 @@
 The files follow the CS224N hand-in layout (what its `multitask_classifier.py` writes): a
 header `id \t Predicted_<what>`, then one `<id> , <prediction>` line per example, in file
 order; the prediction is a class (sst), 0/1 (para) or a similarity on 0..5 (sts). When the
-split has labels the scores are computed too, the way the training loop computes them, so
-`--split dev` reproduces the run's dev scores (on the same examples: `data.max_dev_examples`
-applies as it did in the run).
+split has labels the scores are computed too, the way the training loop computes them. A split
+is predicted whole; `as_trained` keeps the run's own `data.max_dev_examples` cap on dev, so the
+scores reproduce the run's exactly.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class TaskPredictions:
     score: float | None  # None when the split has no labels
 
 
-def _examples(cfg, task: str, split: str):
+def _examples(cfg, task: str, split: str, as_trained: bool):
     from mtbert.data.readers import _cap, read_split
     from mtbert.data.types import Example
 
@@ -43,7 +43,7 @@ def _examples(cfg, task: str, split: str):
         # Synthetic rows have no file: their position is their id.
         return [Example(e.text, e.text2, e.label, str(i)) for i, e in enumerate(dev)], "synthetic dev"
     examples, bad = read_split(cfg, task, split)
-    if split == "dev":
+    if split == "dev" and as_trained:
         examples = _cap(examples, cfg.data.max_dev_examples, "data.max_dev_examples")
     return examples, bad.file
 
@@ -55,7 +55,7 @@ def _format(task, value: float) -> str:
 
 
 def predict_split(bundle, split: str, output: str | Path,
-                  log: Callable[[str], None] = print) -> list[TaskPredictions]:
+                  log: Callable[[str], None] = print, as_trained: bool = False) -> list[TaskPredictions]:
     from mtbert.tasks import get_task
 
     output = Path(output)
@@ -63,7 +63,7 @@ def predict_split(bundle, split: str, output: str | Path,
     done = []
     for name in bundle.tasks:
         task = get_task(name)
-        examples, source = _examples(bundle.config, name, split)
+        examples, source = _examples(bundle.config, name, split, as_trained)
         ds = bundle.encode(name, examples)
         sorted_preds, order = bundle.predict_dataset(ds)
         labelled = all(e.label is not None for e in examples)

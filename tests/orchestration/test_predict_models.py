@@ -1,0 +1,76 @@
+"""`mtbert predict --model` takes what a sweep prints (a models:/ URI, a run id, a registered
+name) as well as a bundle folder, and predicts the whole dev split unless told to score only
+what the run scored."""
+from __future__ import annotations
+
+import json
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mtbert.cli import main
+from mtbert.config import build_config
+from mtbert.predict import read_predictions
+from mtbert.train.loop import train
+from orchestration.mlflow_extras import log_bundle
+from tests.e2e.test_bundle import write_cs224n
+
+DEV_ROWS, CAP = 70, 40
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    data = root / "data"
+    data.mkdir()
+    for j, task in enumerate(("sst", "para", "sts")):
+        write_cs224n(data, task, "train", 200, 10 + j)
+        write_cs224n(data, task, "dev", DEV_ROWS, 20 + j)
+    cfg = build_config({}, {"data.source": "cs224n", "data.dir": str(data), "data.cache_dir": str(root / "cache"),
+                            "data.max_dev_examples": CAP, "train.epochs": 1, "sampling.strategy": "tuple",
+                            "sampling.steps_per_epoch": 6, "train.device": "cpu", "model.max_length": 32})
+    result = train(cfg, output_dir=root / "out", log=None)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("predict"))
+    client.set_terminated(run.info.run_id)
+    model_uri = log_bundle(uri, run.info.run_id, root / "out" / "best", register_as="sst-para-sts")
+    return root, uri, run.info.run_id, model_uri, result
+
+
+def _predict(root, *args):
+    return main(["predict", "--split", "dev", "--device", "cpu", *args])
+
+
+@pytest.mark.parametrize("ref", ["uri", "run_id", "name"])
+def test_predict_from_what_the_sweep_prints(logged, ref, tmp_path, monkeypatch, capsys):
+    root, uri, run_id, model_uri, _ = logged
+    monkeypatch.chdir(tmp_path)  # the download cache is the working folder's own
+    given = {"uri": model_uri, "run_id": run_id, "name": "sst-para-sts"}[ref]
+    assert _predict(root, "--model", given, "--tracking-uri", uri, "--output", "pred") == 0
+    assert "-> bundle" in capsys.readouterr().out
+    theirs = json.loads((tmp_path / "pred" / "scores-dev.json").read_text())
+    main(["predict", "--model", str(root / "out" / "best"), "--split", "dev", "--device", "cpu",
+          "--output", str(tmp_path / "folder")])
+    assert theirs == json.loads((tmp_path / "folder" / "scores-dev.json").read_text())
+
+
+def test_whole_dev_split_unless_as_trained(logged, tmp_path):
+    root, _, _, _, result = logged
+    best = root / "out" / "best"
+    assert _predict(root, "--model", str(best), "--output", str(tmp_path / "all")) == 0
+    assert len(read_predictions(tmp_path / "all" / "sst-dev-output.csv")) == DEV_ROWS
+    assert _predict(root, "--model", str(best), "--output", str(tmp_path / "run"), "--as-trained") == 0
+    assert len(read_predictions(tmp_path / "run" / "sst-dev-output.csv")) == CAP
+    scores = json.loads((tmp_path / "run" / "scores-dev.json").read_text())
+    epoch = result.epochs[result.metrics["best_epoch"] - 1]
+    assert scores == {"sst": epoch["sst_acc"], "para": epoch["para_acc"], "sts": epoch["sts_corr"]}
+
+
+def test_unknown_model_name_is_one_line(logged, tmp_path, monkeypatch, capsys):
+    _, uri, _, _, _ = logged
+    monkeypatch.chdir(tmp_path)
+    assert main(["predict", "--model", "no-such-model", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "registered model" in err and len(err.strip().splitlines()) == 1
