@@ -527,8 +527,11 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
                            status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
                            reads_s=tracking.sync_s, writer_cpu_s=tracking.live.outbox.busy_cpu_s,
                            experiment_id=tracking.experiment_id)
-    best_value = None
-    for run in tracking.children():
+    from orchestration.mlflow_extras import best_configuration
+    from orchestration.stats import mean_ci
+
+    children = tracking.children()
+    for run in children:
         outcome.trials += 1
         tags, metrics = run.data.tags, run.data.metrics
         if run.info.status == "FAILED":
@@ -537,10 +540,14 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
             outcome.finished += 1
             outcome.stopped_early += tags.get("stopped_early") == "true"
         outcome.train_time_s += metrics.get("train_time_s", 0.0)
-        if "overall" in metrics and (best_value is None or metrics["overall"] > best_value):
-            best_value = metrics["overall"]
-            outcome.best = {"trial_key": tags.get("trial_key"), "overall": metrics["overall"],
-                            "tm_relative_score": metrics.get("tm_relative_score")}
+    best = best_configuration(children)
+    if best:
+        mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
+        tm = [r.data.metrics["tm_relative_score"] for r in best if "tm_relative_score" in r.data.metrics]
+        outcome.best = {"variant": best[0].data.tags.get("variant"), "trial_key": best[0].data.tags.get("trial_key"),
+                        "overall": mean, "half": half, "n": n,
+                        "seed_overall": best[0].data.metrics["overall"],
+                        "tm_relative_score": sum(tm) / len(tm) if tm else None}
     if results is not None:
         outcome.trial_time_s = sum(float((r.metrics or {}).get("time_total_s", 0.0)) for r in results)
     return outcome
@@ -550,8 +557,13 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     best = ""
     if o.best:
         tm = o.best.get("tm_relative_score")
-        best = (f"; best overall {o.best['overall']:.4f} ({o.best['trial_key']}"
-                + (f", TM-relative {tm:.3f}" if tm is not None else "") + ")")
+        tm = f", TM-relative {tm:.3f}" if tm is not None else ""
+        if o.best["n"] > 1:  # judged by its mean over seeds; the model is its best seed
+            best = (f"; best configuration {o.best['variant']}: overall {o.best['overall']:.4f} "
+                    f"± {o.best['half']:.4f} over {o.best['n']} seeds{tm} (model: its best seed "
+                    f"{o.best['trial_key']}, {o.best['seed_overall']:.4f})")
+        else:
+            best = f"; best overall {o.best['overall']:.4f} ({o.best['trial_key']}{tm})"
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")

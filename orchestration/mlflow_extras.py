@@ -347,10 +347,26 @@ def bundle_dir_of(checkpoint_dir: str | Path) -> Path | None:
     return path if (path / "model.pt").is_file() else None
 
 
+def best_configuration(runs: list) -> list:
+    """The finished runs of the configuration (tag `variant`: one configuration's seeds) with
+    the best mean `overall` over its seeds, its best seed first; [] when none finished.
+    Judged by the mean, not by one lucky seed; with one seed per configuration that is the
+    best run. Ties go to the configuration with more seeds."""
+    groups: dict[str, list] = {}
+    for run in runs:
+        if run.info.status == "FINISHED" and "overall" in run.data.metrics:
+            groups.setdefault(run.data.tags.get("variant") or run.info.run_id, []).append(run)
+    if not groups:
+        return []
+    best = max(groups.values(), key=lambda g: (sum(r.data.metrics["overall"] for r in g) / len(g), len(g)))
+    return sorted(best, key=lambda r: -r.data.metrics["overall"])
+
+
 def log_models(tracking, results, which: str, register_as: str | None,
                log=print, runs: list | None = None) -> list[tuple[str, str]]:
-    """After a sweep: the best finished trial's bundle (which='best') or every trial's
-    ('all') logged to its child run; (trial_key, model URI) for each one logged.
+    """After a sweep: the best seed of the best configuration (which='best', see
+    best_configuration) or every trial (which='all') logs its bundle to its child run;
+    (trial_key, model URI) for each one logged.
     `runs`: the sweep's child runs as the driver last read them (else read here)."""
     if which == "none" or results is None:
         return []
@@ -359,10 +375,11 @@ def log_models(tracking, results, which: str, register_as: str | None,
         key = (result.config or {}).get("key")
         if key and result.checkpoint is not None:
             by_key[key] = result.checkpoint
-    runs = [r for r in (tracking.children() if runs is None else runs) if r.info.status == "FINISHED" and "overall" in r.data.metrics]
-    runs = sorted(runs, key=lambda r: -r.data.metrics["overall"])
-    if which == "best":
-        runs = runs[:1]
+    runs = tracking.children() if runs is None else runs
+    best = best_configuration(runs)[:1]  # first: the registry gets it, and only it
+    if which == "all":
+        best += [r for r in runs if r.info.status == "FINISHED" and "overall" in r.data.metrics and r not in best]
+    runs = best
     done = []
     for run in runs:
         key = run.data.tags.get("trial_key")

@@ -1,0 +1,45 @@
+"""The sweep's best is a configuration judged by its mean over seeds, not one lucky seed: the
+summary line and the logged model follow it."""
+from __future__ import annotations
+
+from mlflow.tracking import MlflowClient
+
+from orchestration.launch import SweepOutcome, _summary
+from orchestration.mlflow_extras import best_configuration
+
+
+def _runs(tmp_path, scores: dict[str, list[float]]):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("best")
+    for variant, values in scores.items():
+        for seed, value in enumerate(values):
+            run = client.create_run(exp, tags={"variant": variant, "trial_key": f"{variant}-s{seed}"})
+            client.log_metric(run.info.run_id, "overall", value)
+            client.set_terminated(run.info.run_id)
+    failed = client.create_run(exp, tags={"variant": "p009", "trial_key": "p009-s0"})
+    client.log_metric(failed.info.run_id, "overall", 0.99)  # a crashed trial's last epoch counts for nothing
+    client.set_terminated(failed.info.run_id, "FAILED")
+    return client.search_runs([exp], max_results=100)
+
+
+def test_the_best_mean_wins_over_the_luckiest_seed(tmp_path):
+    runs = _runs(tmp_path, {"p000": [0.70, 0.50, 0.50], "p001": [0.60, 0.62, 0.61], "baseline": [0.58, 0.59, 0.60]})
+    best = best_configuration(runs)
+    assert {r.data.tags["variant"] for r in best} == {"p001"}
+    assert best[0].data.tags["trial_key"] == "p001-s1"  # the model: the best seed of the best configuration
+
+
+def test_one_seed_each_is_the_best_run_and_ties_go_to_more_seeds(tmp_path):
+    assert best_configuration(_runs(tmp_path / "a", {"p000": [0.5], "p001": [0.7]}))[0].data.tags["trial_key"] == "p001-s0"
+    tied = best_configuration(_runs(tmp_path / "b", {"p000": [0.6], "p001": [0.6, 0.6]}))
+    assert len(tied) == 2
+    assert best_configuration([]) == []
+
+
+def test_summary_line_names_the_configuration_its_interval_and_its_model():
+    lines: list[str] = []
+    outcome = SweepOutcome("s", "runs/s", "sqlite:///m.db", "s", "0" * 32, "FINISHED", trials=9, finished=9,
+                           best={"variant": "p001", "trial_key": "p001-s1", "overall": 0.61, "half": 0.0248,
+                                 "n": 3, "seed_overall": 0.62, "tm_relative_score": None})
+    _summary(outcome, lines.append)
+    assert "best configuration p001: overall 0.6100 ± 0.0248 over 3 seeds (model: its best seed p001-s1, 0.6200)" in lines[0]
