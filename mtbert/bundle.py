@@ -17,7 +17,6 @@ are the run's to the last digit on the same device.
 from __future__ import annotations
 
 import json
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,11 +85,9 @@ class Bundle:
 
     def _autocast(self):
         # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
-        from mtbert.train.loop import use_bf16
+        from mtbert.train.loop import autocast_for
 
-        if use_bf16(self.config.train.precision, self.device):
-            return lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return nullcontext
+        return autocast_for(self.config.train.precision, self.device)[1]
 
     def encode(self, task: str, examples: list):
         """Examples -> the tokenized dataset the model reads (unlabelled ones get label 0)."""
