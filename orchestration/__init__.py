@@ -9,4 +9,5 @@
     callbacks.py   driver-side Tune callbacks: tracking and progress lines
     launch.py      run_sweep / resume_sweep; cli.py the `sweep` and `leaderboard` commands
     leaderboard.py MLflow -> the papers' table (md/csv/latex/html) and a Pareto plot
+    importance.py  which swept keys matter per figure (fANOVA, seed-resampled intervals)
 """

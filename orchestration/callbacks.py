@@ -212,9 +212,10 @@ class ProgressPrinter(Callback):
     `interval_s`: trials running/finished/stopped/failed/pending, best so far, elapsed."""
 
     def __init__(self, total: int, metric: str, mode: str, interval_s: float = 20.0,
-                 stream: TextIO | None = None, tracking: SweepTracking | None = None):
+                 stream: TextIO | None = None, tracking: SweepTracking | None = None, upto: bool = False):
         self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
+        self.upto = upto  # adaptive seeds: `total` is the most it may run, not a plan
         self.metric = metric
         self.mode = mode
         self.interval_s = interval_s
@@ -258,9 +259,10 @@ class ProgressPrinter(Callback):
         interrupted = len(getattr(self, "_interrupted", ()))
         done = counts["TERMINATED"] - interrupted  # Tune marks a trial stopped by Ctrl-C TERMINATED
         stopped = len(self._stopped)
-        pending = max(self.total - done - counts["ERROR"] - counts["RUNNING"], 0)
+        upto = getattr(self, "upto", False)
+        pending = counts.get("PENDING", 0) if upto else max(self.total - done - counts["ERROR"] - counts["RUNNING"], 0)
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
-                f"{counts['ERROR']} failed, {pending} pending of {self.total}"
+                f"{counts['ERROR']} failed, {pending} pending of {'up to ' if upto else ''}{self.total}"
                 + (f" ({interrupted} interrupted)" if interrupted else "") + f" | {self._best(trials)}")
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:

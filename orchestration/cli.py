@@ -1,7 +1,9 @@
-"""`mtbert sweep run|resume`, `mtbert leaderboard` and `mtbert findings`, registered into mtbert's CLI."""
+"""`mtbert sweep run|resume`, `mtbert leaderboard`, `mtbert importance` and `mtbert findings`, registered
+into mtbert's CLI."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,10 +44,11 @@ def _existing_store(tracking_uri: str | None) -> str:
     return uri
 
 
-def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from orchestration.leaderboard import check_sqlite_store, leaderboard
+def _reading_store(tracking_uri: str | None) -> str:
+    """The store of a command that reads a sweep (leaderboard, importance), checked in one line."""
+    from orchestration.leaderboard import check_sqlite_store
 
-    uri = _existing_store(args.tracking_uri)
+    uri = _existing_store(tracking_uri)
     if uri.startswith("sqlite:///"):
         # Read with SQL, not MLflow (whose import and store take seconds): the check too.
         check_sqlite_store(uri)
@@ -53,27 +56,72 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         from orchestration.tracking import check_tracking
 
         check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
-    plot = args.plot
-    if plot is None:
-        plot = Path(args.output).with_suffix(".pareto.png") if args.output else Path("runs") / f"{args.experiment}-pareto.png"
-    text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
-        print(f"wrote {args.output} ({len(table)} rows, sweep {parent.info.run_name})", file=sys.stderr)
+    return uri
+
+
+def _beside(output: str | None, experiment: str, suffix: str) -> Path:
+    """A file that goes with the table: next to --output, else runs/<experiment>-<suffix>."""
+    return Path(output).with_suffix(f".{suffix}") if output else Path("runs") / f"{experiment}-{suffix}"
+
+
+def _write(text: str, output: str | None, what: str) -> None:
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text)
+        print(f"wrote {output} ({what})", file=sys.stderr)
     else:
         sys.stdout.write(text)
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from orchestration import importance
+    from orchestration.leaderboard import leaderboard
+
+    uri = _reading_store(args.tracking_uri)
+    plot = args.plot or _beside(args.output, args.experiment, "pareto.png")
+    importance_plot = _beside(args.output, args.experiment, "importance.png")
+    text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot, importance_plot)
+    _write(text, args.output, f"{len(table)} rows, sweep {parent.info.run_name}")
     print(f"Pareto plot: {plot} (also logged to parent run {parent.info.run_id})", file=sys.stderr)
+    found, why = importance.stored(uri, parent, table)
+    if found is None:
+        if why:
+            where = f" --tracking-uri {shlex.quote(args.tracking_uri)}" if args.tracking_uri else ""
+            print(f"importance of the swept dimensions: {why}; `mtbert importance --experiment "
+                  f"{shlex.quote(args.experiment)}{where}` computes it", file=sys.stderr)
+    elif args.format == "csv" and args.output:  # a csv file holds one table: the importance goes beside it
+        _write(importance.render(found, "csv"), str(_beside(args.output, args.experiment, "importance.csv")),
+               f"importance, {len(found)} rows")
+    else:
+        print(f"importance plot: {importance_plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_importance(args: argparse.Namespace) -> int:
+    from orchestration.importance import check_resamples, importance
+
+    if args.resamples is not None:
+        check_resamples(args.resamples)
+    uri = _reading_store(args.tracking_uri)
+    plot = args.plot or _beside(args.output, args.experiment, "importance.png")
+    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot)
+    _write(text, args.output, f"{found['dimension'].nunique()} dimensions x {found['figure'].nunique()} figures, "
+           f"sweep {parent.info.run_name}")
+    print(f"importance plot: {plot} (importance.csv and importance.png also on parent run {parent.info.run_id})",
+          file=sys.stderr)
     return 0
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
+    from orchestration.claims import read_claims
     from orchestration.findings import findings
     from orchestration.tracking import check_tracking
 
+    # The files' claims first: a bad claim is one line before the store is opened.
+    claims = [c for path in args.files for c in read_claims(path)] if args.files else None
     uri = _existing_store(args.tracking_uri)
     check_tracking(uri)
-    text, table = findings(uri, args.experiment or None, args.format)
+    text, table = findings(uri, args.experiment or None, args.format, claims)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
@@ -128,7 +176,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     board.set_defaults(func=cmd_leaderboard)
 
+    imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA over the "
+                                "configurations' seed means, an interval from resampling seeds)")
+    imp.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
+    imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep)")
+    imp.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
+    imp.add_argument("--output", help="write the table here instead of stdout")
+    imp.add_argument("--plot", help="bar chart PNG (default: next to --output, else runs/<experiment>-importance.png)")
+    imp.add_argument("--resamples", type=int, default=None,
+                     help="seed resamples for the interval (default: importance.RESAMPLES, 100; 0: the estimate alone)")
+    imp.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    imp.set_defaults(func=cmd_importance)
+
     found = subparsers.add_parser("findings", help="the papers' claims checked against the runs (paired by seed)")
+    found.add_argument("files", nargs="*", metavar="SWEEP_FILE",
+                       help="sweep files whose claims to judge (default: the claims the latest sweep of each "
+                       "experiment logged with its parent run)")
     found.add_argument("--experiment", action="append", default=[],
                        help="MLflow experiment to read (repeatable; default: every experiment in the store)")
     found.add_argument("--format", default="md", choices=["md", "csv"])

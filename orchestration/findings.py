@@ -1,103 +1,44 @@
 """The papers' claims, checked against the runs in an MLflow store.
 
+    mtbert findings sweeps/study/*.yaml --tracking-uri sqlite:///$PWD/runs/study/mlflow.db
     mtbert findings --tracking-uri sqlite:///$PWD/runs/study/mlflow.db [--experiment NAME ...]
 
 Each claim compares two configurations, A and B, on one metric: the effect is A − B paired by
 seed (orchestration/stats.py: mean of per-seed differences ± its 95% t-interval, n seeds both
-ran), and the verdict reads that interval:
+ran, widened over the looks of a sequential design), and orchestration/verdicts.py reads that
+interval against the smallest difference that matters: holds, contradicted, no difference
+that matters, inconclusive (with the seeds that would decide it), or not run (no finished
+run of A or B at a shared seed).
 
-    direction >   holds: the interval is above 0      contradicted: below 0
-    direction <   holds: the interval is below 0      contradicted: above 0
-    direction ≈   holds: the interval lies within ±margin
-                  contradicted: it lies wholly outside ±margin
-    otherwise     inconclusive (at this budget: more seeds narrow the interval; one seed has none)
-
-A claim whose A or B has no finished run in the store, or none at a shared seed, is "not
-run". Claims are data: one CLAIMS line each. A selector is a mapping of flattened config
-keys (as the runs' MLflow params, e.g. sharing.encoder_shared_layers) to values, plus the
-special keys `experiment` (MLflow experiment name) and `role` (baseline, reference, search;
-a selector without `role` never picks the frozen reference rows);
-a mapping value (loss.weights) matches the spread params key by key. Numbers match within
-1e-3, so 0.333 selects a logged 0.3333. When a selector matches configurations of several
-sweeps, the latest sweep's runs are used; several configurations within one sweep is an
-error naming them (the selector is too loose).
+Claims are data: the `claims:` of the sweep files (orchestration/claims.py), read from the
+files named on the command line, else from the claims.json that the latest sweep of each
+experiment logged with its parent run. A selector picks runs by their MLflow params as it
+picks configurations at load (claims.matches), within the claim's experiment; when it matches
+configurations of several sweeps, the latest sweep's runs are used; several configurations
+within one sweep is an error naming them (the selector is too loose).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import os
 from typing import Any
 
 import pandas as pd
 
+from orchestration.claims import CLAIMS_FILE, Claim, from_doc, same
 from orchestration.errors import SweepError
 from orchestration.labels import parse_param
 from orchestration.paths import fluent_tracking_uri
-from orchestration.stats import paired_delta
+from orchestration.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, OUTCOMES, Verdict, decide
 
-VERDICTS = ("holds", "contradicted", "inconclusive", "not run")
-TOLERANCE = 1e-3
-SPECIAL = {"experiment", "role"}
-
-
-@dataclass(frozen=True)
-class Claim:
-    name: str
-    paper: str  # file in ../shared/papers and where in it
-    metric: str  # MLflow metric of the runs (best-epoch figures): overall, sts_corr, ...
-    a: dict[str, Any]
-    b: dict[str, Any]
-    direction: str  # ">" (A better), "<" (A worse), "≈" (within ±margin)
-    margin: float = 0.01  # only for ≈
-    note: str = field(default="", compare=False)  # what the paper measured
-
-
-# The study (sweeps/study/*.yaml) runs every configuration named here; MiniLM has L = 6, so
-# hybrid-bert is k = 3 and "all but the last three layers" is freeze 3.
-CLAIMS = [
-    Claim("hybrid-bert ≈ 3-bert", "hybrid-bert-layer-sharing.txt, Table 1", "overall",
-          {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": 3},
-          {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": 0}, "≈",
-          note="0.772 vs 0.772 (one run each)"),
-    Claim("3-bert > 1-bert", "hybrid-bert-layer-sharing.txt, Table 1", "overall",
-          {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": 0},
-          {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": None}, ">",
-          note="0.772 vs 0.761"),
-    Claim("freezing the bottom half lifts STS", "freeze-your-layers.txt, Sections 4.3-4.4", "sts_corr",
-          {"experiment": "study-freezing", "freeze.layers": 3},
-          {"experiment": "study-freezing", "freeze.layers": 0}, ">",
-          note="STS 0.551 -> 0.690 freezing all but the last 3 of 12 layers"),
-    Claim("S-S-I beats I-I-I on a frozen encoder", "mops-tm-relative-score.txt, Table 1", "overall",
-          {"experiment": "study-head-regimes-frozen", "sharing.head_regime": "S-S-I"},
-          {"experiment": "study-head-regimes-frozen", "sharing.head_regime": "I-I-I"}, ">",
-          note="0.377 vs 0.328, the best of the 8 regimes with pretrained weights"),
-    Claim("loss weights [sst .2 para .4 sts .4] below equal (frozen I-S-S)", "mops-tm-relative-score.txt, "
-          "Table 1 and Section 4.4.3", "overall",
-          {"experiment": "study-loss-weights-frozen", "loss.weights": {"sst": 0.2, "para": 0.4, "sts": 0.4}},
-          {"experiment": "study-loss-weights-frozen", "role": "baseline"}, "<",
-          note="0.313 vs 0.392 with equal weights"),
-    Claim("cascade sst>para>sts lifts STS", "progressive-layer-sharing.txt, Section 5.4", "sts_corr",
-          {"experiment": "study-cascade", "sharing.cascade": "sst>para>sts"},
-          {"experiment": "study-cascade", "role": "baseline"}, ">",
-          note="STS 0.508 -> 0.608 dev"),
-    Claim("annealed sampling beats round robin", "pals-annealed-sampling.txt, Figure 5 (exp. 5 vs 6)",
-          "overall",
-          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0},
-          {"experiment": "study-pals", "role": "baseline"}, ">",
-          note="better on every task"),
-    Claim("PALs ≈ no PALs with annealed sampling", "pals-annealed-sampling.txt, Figure 5 (exp. 6 vs 8)",
-          "overall",
-          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 96},
-          {"experiment": "study-pals", "sampling.strategy": "annealed", "sharing.pal_size": 0}, "≈",
-          note="\"comparable performances\""),
-]
+VERDICTS = OUTCOMES
 
 
 # --------------------------------------------------------------------------- reading
 
-def read_runs(uri: str, experiments: list[str] | None = None) -> pd.DataFrame:
+def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
     """Finished trial runs (not sweep parents) of the named experiments (default: all), with
-    an `experiment` column holding the experiment's name."""
+    an `experiment` column holding the experiment's name; only one sweep's with `parent_run_id`."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -112,7 +53,10 @@ def read_runs(uri: str, experiments: list[str] | None = None) -> pd.DataFrame:
     if not found:
         return pd.DataFrame()
     with fluent_tracking_uri(uri):
-        runs = mlflow.search_runs(experiment_ids=list(found), filter_string="attributes.status = 'FINISHED'",
+        where = "attributes.status = 'FINISHED'"
+        if parent_run_id:
+            where += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        runs = mlflow.search_runs(experiment_ids=list(found), filter_string=where,
                                   output_format="pandas", max_results=50000)
     if runs.empty:
         return runs
@@ -120,17 +64,52 @@ def read_runs(uri: str, experiments: list[str] | None = None) -> pd.DataFrame:
     return runs.assign(experiment=runs["experiment_id"].map(found))
 
 
+NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]:
+    """The claims the latest sweep of each experiment logged with its parent run (claims.json);
+    refused in one line when no sweep logged any (e.g. sweeps run before claims were logged:
+    name their sweep files instead)."""
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.search_experiments(max_results=1000)
+    if experiments:
+        missing = sorted(set(experiments) - {e.name for e in found})
+        if missing:
+            raise SweepError(f"--experiment {missing[0]}: no such experiment in {uri}")
+        found = [e for e in found if e.name in experiments]
+    claims: list[Claim] = []
+    bar = os.environ.get(NO_BAR)
+    os.environ[NO_BAR] = "false"  # MLflow draws a download bar per file on stderr
+    try:
+        for experiment in sorted(found, key=lambda e: e.name):
+            parents = client.search_runs([experiment.experiment_id], "tags.role = 'sweep' and tags.claims != '0'",
+                                         order_by=["attributes.start_time DESC"], max_results=1)
+            if parents:
+                with tempfile.TemporaryDirectory() as folder:
+                    path = client.download_artifacts(parents[0].info.run_id, CLAIMS_FILE, folder)
+                    with open(path, encoding="utf-8") as f:
+                        claims += from_doc(f.read())
+    finally:
+        if bar is None:
+            os.environ.pop(NO_BAR, None)
+        else:
+            os.environ[NO_BAR] = bar
+    if not claims:
+        raise SweepError(f"{uri}: no sweep{' of ' + ', '.join(experiments) if experiments else ''} logged "
+                         "claims; name the sweep files that declare them: mtbert findings sweeps/study/*.yaml "
+                         f"--tracking-uri {uri}")
+    return claims
+
+
 # --------------------------------------------------------------------------- matching
 
 def _same(value: Any, want: Any) -> bool:
-    value = parse_param(value)
-    if want is None or value is None:
-        return value is None and want is None
-    if isinstance(want, bool) or isinstance(value, bool):
-        return value == want
-    if isinstance(want, (int, float)) and isinstance(value, (int, float)):
-        return math.isclose(float(value), float(want), abs_tol=TOLERANCE)
-    return str(value) == str(want)
+    return same(parse_param(value), want)  # MLflow params are text
 
 
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
@@ -180,56 +159,66 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
 
 # --------------------------------------------------------------------------- verdicts
 
-def verdict(delta: float, half: float, n: int, direction: str, margin: float = 0.01) -> str:
-    if n == 0 or math.isnan(delta):
-        return "not run"
-    if n < 2 or math.isnan(half):
-        return "inconclusive"
-    low, high = delta - half, delta + half
-    if direction == "≈":
-        if -margin <= low and high <= margin:
-            return "holds"
-        if low > margin or high < -margin:
-            return "contradicted"
-        return "inconclusive"
-    sign = {">": 1, "<": -1}[direction]
-    if sign * low > 0 and sign * high > 0:
-        return "holds"
-    if sign * low < 0 and sign * high < 0:
-        return "contradicted"
-    return "inconclusive"
+def claim_row(claim: Claim, verdict: Verdict, a_n: int, b_n: int) -> dict[str, Any]:
+    """One row of the findings table: the claim, its interval and its verdict."""
+    iv = verdict.interval
+    return {"claim": claim.name, "source": claim.source, "metric": claim.metric, "relation": claim.relation,
+            "min_effect": claim.min_effect, "a_n": a_n, "b_n": b_n, "n": iv.n, "delta": iv.mean,
+            "half": iv.half, "low": iv.low, "high": iv.high, "verdict": verdict.outcome,
+            "detail": verdict.detail, "paper_effect": claim.paper_effect, "paper_inside": verdict.paper_inside,
+            "seeds_needed": verdict.seeds_needed,
+            "looks": f"{claim.looks[0]}..{claim.looks[1]}" if claim.looks else None, "paper": claim.paper}
 
 
-def evaluate(runs: pd.DataFrame, claims: list[Claim] = CLAIMS) -> pd.DataFrame:
+def table_of(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(rows).astype({"seeds_needed": "Int64"})
+
+
+def evaluate(runs: pd.DataFrame, claims: list[Claim]) -> pd.DataFrame:
     rows = []
     for claim in claims:
         a = per_seed(runs, claim.a, claim.metric, "A")
         b = per_seed(runs, claim.b, claim.metric, "B")
-        delta, half, n = paired_delta(a, b) if a and b else (math.nan, math.nan, 0)
-        rows.append({"claim": claim.name, "paper": claim.paper, "metric": claim.metric,
-                     "direction": claim.direction, "margin": claim.margin if claim.direction == "≈" else math.nan,
-                     "a_n": len(a), "b_n": len(b), "delta": delta, "ci95": half, "n": n,
-                     "low": delta - half, "high": delta + half,
-                     "verdict": verdict(delta, half, n, claim.direction, claim.margin), "paper_says": claim.note})
-    return pd.DataFrame(rows)
+        rows.append(claim_row(claim, decide(a, b, claim), len(a), len(b)))
+    return table_of(rows)
 
 
 # --------------------------------------------------------------------------- rendering
 
 CAPTION = ("Effect = A − B, paired by seed: the mean of the per-seed differences ± the half-width of its "
-           "95% t-interval (n = seeds both ran). holds: the interval excludes 0 in the claimed direction "
-           "(for ≈: it lies within ±margin); contradicted: it excludes 0 the other way (for ≈: it lies "
-           "wholly outside ±margin); inconclusive: neither, at this budget; not run: the store has no "
-           "finished runs of A or B at a shared seed.")
+           "95% t-interval (n = seeds both ran; \"sequential f..l\": seeds were added one at a time, looking "
+           "after each from f to l, and the interval holds at every look at once). δ: the smallest "
+           "difference that matters. holds: the interval lies wholly on the claimed side of 0 (≈: wholly "
+           "inside ±δ); contradicted: wholly on the other side (≈: wholly beyond +δ or −δ); no difference "
+           "that matters (> and <): wholly inside ±δ, on either side of 0; inconclusive: it holds a "
+           "difference that matters and one that does not; not run: no seed both ran. A verdict is wrong "
+           "with probability at most 5%, 2.5% each way. Paper's effect: the paper's A − B, inside or "
+           "outside the interval. Seeds needed: the paired seeds at which a fixed design would decide the "
+           "claim with 80% power, were the observed mean and spread the truth.")
 
 
 def _effect(r: pd.Series) -> str:
     if r["n"] == 0:
         return "–"
     text = f"{r['delta']:+.3f}"
-    if not math.isnan(r["ci95"]):
-        text += f" ± {r['ci95']:.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
-    return text + f" (n={int(r['n'])})"
+    if not math.isnan(r["half"]):
+        text += f" ± {r['half']:.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+    return text + f" (n={int(r['n'])}" + (f", sequential {r['looks']}" if r["looks"] else "") + ")"
+
+
+def _paper(r: pd.Series) -> str:
+    if r["paper_effect"] is None or pd.isna(r["paper_effect"]):
+        return r["paper"] or "–"
+    effect = f"{r['paper_effect']:+.3f}"
+    if r["paper_inside"] is not None and not pd.isna(r["paper_inside"]):
+        effect += ", inside" if r["paper_inside"] else ", **outside**"
+    return f"{r['paper']}: {effect}" if r["paper"] else effect
+
+
+def _seeds(r: pd.Series) -> str:
+    if not pd.isna(r["seeds_needed"]):
+        return str(int(r["seeds_needed"]))
+    return f">{MAX_SEEDS}" if r["verdict"] == INCONCLUSIVE and r["n"] >= 2 else "–"
 
 
 def render(table: pd.DataFrame, fmt: str = "md") -> str:
@@ -237,16 +226,22 @@ def render(table: pd.DataFrame, fmt: str = "md") -> str:
         return table.to_csv(index=False)
     if fmt != "md":
         raise SweepError(f"--format {fmt}: expected md or csv")
-    head = ["Claim", "Paper", "Metric", "Claimed", "Effect A − B (95% CI)", "Verdict", "Paper's numbers"]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * 3 + [":-:", "---:", "---", "---"]) + " |"]
+    head = ["Claim", "Source", "Metric", "Claimed", "Effect A − B (95% CI)", "Verdict", "Paper's effect",
+            "Seeds needed"]
+    align = ["---"] * 3 + [":-:", "---:", "---", "---", "---:"]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
     for _, r in table.iterrows():
-        claimed = f"≈ (±{r['margin']:.2f})" if r["direction"] == "≈" else f"A {r['direction']} B"
-        cells = [r["claim"], r["paper"], r["metric"], claimed, _effect(r), f"**{r['verdict']}**", r["paper_says"]]
+        verdict = f"**{r['verdict']}**" + (f": {r['detail']}" if r["verdict"] != NOT_RUN and r["n"] >= 2 else "")
+        cells = [r["claim"], r["source"], r["metric"], f"A {r['relation']} B (δ {r['min_effect']:g})", _effect(r),
+                 verdict, _paper(r), _seeds(r)]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines + ["", CAPTION]) + "\n"
 
 
 def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
-             claims: list[Claim] = CLAIMS) -> tuple[str, pd.DataFrame]:
+             claims: list[Claim] | None = None) -> tuple[str, pd.DataFrame]:
+    """The table of `claims` (None: those the store's sweeps logged) over the store's runs."""
+    if claims is None:
+        claims = logged_claims(uri, experiments)
     table = evaluate(read_runs(uri, experiments), claims)
     return render(table, fmt), table

@@ -11,6 +11,9 @@ from typing import Any
 # Columns of their own in the leaderboard; every other swept key joins the regime label.
 OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr", "loss.weights",
                "loss.weighting", "loss.pcgrad", "train.seed")  # the last two: in the weights column
+# A baseline run's tag (and its planned trial's key, plan.py): the searched variants whose
+# config at that seed is the baseline's own, comma-joined; trained once, as the baseline.
+STANDS_FOR = "stands_for"
 SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
                "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
+from orchestration.claims import CLAIMS_FILE, from_doc, to_doc
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir
 from orchestration.plan import Planner
@@ -51,6 +52,7 @@ class SweepOutcome:
     mlflow_calls: int = 0  # MLflow client calls of this driver (per trial in CALLS_FILE)
     best: dict[str, Any] = field(default_factory=dict)
     experiment_id: str = ""
+    verdicts: list[str] = field(default_factory=list)  # a line per claim, judged on this sweep's runs
 
 
 # --------------------------------------------------------------------------- pieces
@@ -191,6 +193,7 @@ def _search_space_doc(sweep: Sweep, planner: Planner) -> str:
         "algorithm": sweep.spec.search.algorithm, "search_seed": sweep.spec.search.seed,
         "objectives": [list(o) for o in sweep.objectives], "num_samples": sweep.spec.num_samples,
         "scheduler": asdict(sweep.spec.scheduler), "seeds": sweep.seeds, "baseline": sweep.baseline,
+        "seeds_design": _seeds_design(sweep),
         "dimensions": {d.key: d.describe() for d in sweep.dims},
         "trials": [{"key": t["key"], "role": t["role"], "values": t["values"]} for t in planner.fixed_trials()],
         "optuna_trials": planner.optuna_trials(),
@@ -198,6 +201,10 @@ def _search_space_doc(sweep: Sweep, planner: Planner) -> str:
         "notes": sweep.notes,
     }
     return json.dumps(doc, indent=2, default=str)
+
+
+def _seeds_design(sweep: Sweep) -> dict[str, Any]:
+    return sweep.adaptive.describe() if sweep.adaptive is not None else {"fixed": sweep.seeds}
 
 
 def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
@@ -211,6 +218,10 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
             "baseline_keys": ",".join(sweep.baseline),
             "num_trials": str(total), "driver_host": socket.gethostname(),
             "tasks": ",".join(sweep.base["tasks"]), "tm_score": sweep.spec.tracking.tm_score,
+            # `mtbert findings` finds the latest sweep with claims by this tag (claims.json: them).
+            "claims": str(len(sweep.claims)),
+            "seeds": (f"adaptive {sweep.adaptive.start}..{sweep.adaptive.max}" if sweep.adaptive is not None
+                      else ",".join(map(str, sweep.seeds))),
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
             "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"])}
 
@@ -231,8 +242,10 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from orchestration.searcher import make_searcher
 
     planner = Planner(sweep)
-    searcher = make_searcher(planner)  # expands and validates every grid/random point
+    # Expands and validates every grid/random point; under adaptive seeds, says each round.
+    searcher = make_searcher(planner, announce=progress)
     total = searcher.total_trials
+    adaptive = sweep.adaptive is not None
     run_name = name or f"{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     storage_dir = Path(storage).resolve() if storage else runs_dir()
     run_dir = storage_dir / run_name
@@ -248,7 +261,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     if not local:
         _check_nodes([t["config"] for t in planner.fixed_trials()], storage_dir)
 
-    experiment = sweep.spec.tracking.experiment or sweep.name
+    experiment = sweep.experiment
     commit = git_commit()
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in (QUEUE_FILE, STATE_LOG):  # left by a run of this name that died before Tune saved
@@ -260,10 +273,12 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from orchestration.mlflow_extras import describe_parent
 
     describe_parent(tracking, sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
+    claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
     tracking.log_parent_artifacts({
         "sweep.yaml": sweep.text,
         "search_space.json": _search_space_doc(sweep, planner),
         "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
+        **({CLAIMS_FILE: claims_doc} if sweep.claims else {}),
     })
     (run_dir / STATE_FILE).write_text(json.dumps({
         "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
@@ -271,10 +286,13 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
         "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources), "plugins": plugins,
         "log_models": sweep.spec.tracking.log_models, "register_model": sweep.spec.tracking.register_model,
-        "outage_s": outage_s,
+        "outage_s": outage_s, "adaptive": adaptive, "claims": json.loads(claims_doc),
     }, indent=2))
-    log(f"sweep {run_name}: {total} trials ({len(sweep.seeds)} baseline"
-        f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''}), {sweep.spec.search.algorithm} search, "
+    trials = (f"{len(planner.fixed_trials())} trials in the first round, up to {total} (seeds "
+              f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)"
+              if adaptive else f"{total} trials ({len(sweep.seeds)} baseline"
+              f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''})")
+    log(f"sweep {run_name}: {trials}, {sweep.spec.search.algorithm} search, "
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
         f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
 
@@ -284,7 +302,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     metric, mode = tune_metric(sweep)
     from orchestration.callbacks import ProgressPrinter, TrackingCallback
 
-    printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking)
+    printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
     tuner = tune.Tuner(
         _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
         tune_config=tune.TuneConfig(
@@ -298,7 +316,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             callbacks=[TrackingCallback(tracking), *([printer] if progress else [])]),
     )
     models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models)
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
+                claims=sweep.claims, adaptive=adaptive)
 
 
 def check_shared_storage_of(storage_dir: Path) -> None:
@@ -350,24 +369,30 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
                                resume_unfinished=True, resume_errored=True)
     log(f"resuming sweep {run_dir.name} | MLflow {state['tracking_uri']} parent run {state['parent_run_id']}")
     models = (state.get("log_models", "best"), state.get("register_model"))
+    claims = from_doc(json.dumps(state["claims"])) if state.get("claims") else []
     return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], state["total_trials"],
-                t_start, log, models)
+                t_start, log, models, claims=claims, adaptive=state.get("adaptive", False))
 
 
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
-         models: tuple[str, str | None] = ("best", None)) -> SweepOutcome:
+         models: tuple[str, str | None] = ("best", None), claims: list | None = None,
+         adaptive: bool = False) -> SweepOutcome:
+    """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
+    ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
 
     status = "FAILED"
     results = None
+    judged: list[str] = []
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         results = tuner.fit()
         ended = results.num_terminated + results.num_errors
         reason = tracking.live.stop_reason
         # Tune returns normally after a Ctrl-C too, with trials left unfinished.
-        status = "FINISHED" if ended >= total and reason is None else "KILLED"
+        complete = ended >= (len(results) if adaptive else total)
+        status = "FINISHED" if complete and reason is None else "KILLED"
         if status == "KILLED" and reason != "tracking outage":
             log(f"interrupted ({reason or 'stopped'}) after {_finished(tracking)} of {total} trials; continue with "
                 f"`{_resume_command(run_dir)}`")
@@ -385,8 +410,9 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
             signal.signal(signal.SIGTERM, sigterm)
         except ValueError:
             pass
-        _close(tracking, results, status, log, run_dir, models)
+        _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged)
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
+    outcome.verdicts = judged
     calls = dict(tracking.live.calls_by_ref)
     outcome.mlflow_calls = sum(calls.values())
     (run_dir / CALLS_FILE).write_text(json.dumps(calls, indent=1, sort_keys=True))
@@ -424,13 +450,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
-           models: tuple[str, str | None] = ("best", None)) -> None:
+           models: tuple[str, str | None] = ("best", None), experiment: str = "", claims: list | None = None,
+           judged: list[str] | None = None) -> None:
     """Whatever ended the sweep: queued writes sent, finished trials reconciled, every
     cross-trial figure re-derived once (TM-relative scores, leaderboard and Pareto plot on
     the parent), no run left RUNNING, parent closed. With the store away past the limit,
     the marks are queued in the journal instead and the sweep stops with one line.
     Each step is attempted on its own, so one failing neither skips the others nor hides
     the error that ended the sweep."""
+    from orchestration.importance import log_importance
     from orchestration.leaderboard import log_leaderboard
     from orchestration.mlflow_extras import log_models
 
@@ -446,6 +474,10 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     def read() -> None:
         runs[:] = tracking.children()
 
+    def judge() -> None:
+        if claims and status == "FINISHED" and judged is not None:
+            judged.extend(_judge(tracking, experiment, claims))
+
     def reconcile() -> None:
         if results is not None and _reconcile(tracking, results, runs):
             tracking.flush()
@@ -454,6 +486,10 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     steps = [("read the sweep's runs", read),
              ("reconcile trial runs", reconcile),
              ("TM-relative scores", lambda: tracking.backfill_tm(final_pass=True, runs=runs)),
+             ("the claims' verdicts", judge),  # after the backfill: a claim may be on a TM-relative score
+             # Before the leaderboard, whose markdown carries it; a finished sweep only (seconds of
+             # fitting that an interrupted one, resumed, would redo).
+             ("importance of the swept dimensions", lambda: status == "FINISHED" and log_importance(tracking, log)),
              ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
              # [mlflow_extras] the best trial's bundle as an MLflow model (tracking.log_models):
              # an upload through MLflow's own client, not the queue; a failure costs the model only.
@@ -466,6 +502,29 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log(f"warning: {what} failed: {_first_line(exc)}")
+
+
+def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
+    """The sweep's claims decided on its own runs, as `mtbert findings` decides them: the table
+    (findings.md, verdicts.json) and a tag counting the verdicts on the parent run; a line
+    per claim for the console."""
+    from orchestration.findings import evaluate, read_runs, render
+
+    tracking.flush()  # the trials' last figures are in the store
+    table = evaluate(read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id), claims)
+    tracking.log_parent_artifacts({"findings.md": render(table),
+                                   "verdicts.json": table.to_json(orient="records", indent=2, force_ascii=False)})
+    counts = table["verdict"].value_counts()
+    tracking.tag_parent({"verdicts": ", ".join(f"{n} {v}" for v, n in counts.items())})
+    lines = []
+    for _, r in table.iterrows():
+        if r["n"] >= 2:
+            interval = f"A − B {r['delta']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]"
+        else:
+            interval = "A − B " + (f"{r['delta']:+.4f} (no interval)" if r["n"] else "–")
+        lines.append(f"claim {r['claim']}: {r['verdict']}, {interval}, n={int(r['n'])}"
+                     + (f" (sequential {r['looks']})" if r.get("looks") else ""))
+    return lines
 
 
 def _report_closed(n: int, log: Callable[[str], None]) -> None:
@@ -567,6 +626,8 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")
+    for line in o.verdicts:
+        log(line)
     # Quoted: a store under a folder with spaces must paste back as one argument.
     log(f"table: mtbert leaderboard --experiment {shlex.quote(o.experiment)} "
         f"--tracking-uri {shlex.quote(o.tracking_uri)}")

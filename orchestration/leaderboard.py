@@ -17,9 +17,19 @@ Differences from the paper's tables, on purpose: epochs are 1-based; model size 
 the TM-relative column is the ratio itself (the baseline scores 1.0), where the paper prints
 it multiplied by the baseline's overall score.
 
-The Pareto plot puts overall against train time on the full-epoch-budget basis (tm_time_s,
-see tm.py), so trials ASHA stopped are not drawn as cheap; marker size and colour give
-model size; the non-dominated configurations are joined by a step line.
+Two TM-relative columns, the sweep's headline first (tracking.tm_score, tm.py): compute (counted
+training FLOPs: the same configuration and seed score the same on any machine, busy or not) by
+default, and wall (measured train time) beside it. The same configuration trained twice got
+wall-clock scores of 1.000 and 0.609 on a loaded machine, so a row whose runs' train times
+differ by more than WALL_SPREAD is marked: its wall column measured the machine as much as the
+configuration. A searched point identical to the baseline was trained once, as the baseline
+(plan.py): that row says so. Below the table, the importance of each swept key per figure
+(orchestration/importance.py), when it was computed from these runs.
+
+The Pareto plot puts overall against the headline score's cost on the full-epoch-budget basis
+(training FLOPs, tm_flops, or train time, tm_time_s; see tm.py), so trials ASHA stopped are not
+drawn as cheap; marker size and colour give model size; the non-dominated configurations are
+joined by a step line.
 """
 from __future__ import annotations
 
@@ -36,7 +46,7 @@ import pandas as pd
 
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
-from orchestration.labels import OWN_COLUMNS, fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
 from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.stats import paired_delta, t_quantile
 
@@ -46,9 +56,16 @@ TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS cor
 NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memory_mb", "tm_relative_score"]
 # In the csv, not the printed table: the compute-based score and the time bases of both.
 EXTRA_NUMERIC = ["tm_relative_score_compute", "tm_time_s", "tm_flops"]
-LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch"}
+LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch",
+                   "wall_time_spread"}
 DELTA_METRIC = "overall"  # the Δ-vs-baseline column: paired by seed
 REFERENCE_LABEL = "frozen reference"
+TM_COLUMNS = {"compute": "tm_relative_score_compute", "wall": "tm_relative_score"}
+# (max − min) / min of a configuration's train times (full-budget basis) above which its
+# wall-clock TM score is marked as the machine's as much as the configuration's.
+WALL_SPREAD = 0.20
+WALL_MARK = "§"
+ALSO_SEARCHED = "(also searched)"
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -386,7 +403,7 @@ def _label_params(swept: list[str]) -> dict[str, list[str]]:
 
 
 # The tags build_table and _status read (tags.<name>).
-TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error"]
+TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", STANDS_FOR]
 
 
 def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
@@ -394,6 +411,11 @@ def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[
     params = [k for keys in _label_params(_swept(parent_tags)).values() for k in keys]
     return (list(dict.fromkeys(params)), list(dict.fromkeys(_numeric(_task_metrics(parent_tags)))),
             list(TABLE_TAGS))
+
+
+def _union(*keys: tuple[list[str], ...]) -> tuple[list[str], ...]:
+    """Key lists (params, metrics, tags) of several readers, merged: one child_runs read."""
+    return tuple(list(dict.fromkeys(k for part in parts for k in part)) for parts in zip(*keys))
 
 
 def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
@@ -441,6 +463,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         "seed": _col(runs, "tags.seed").values, "regime": regime, "lr": lr, "weights": weights,
         "stopped_early": (_col(runs, "tags.stopped_early") == "true").values,
         "status": runs["_status"].values, "reason": error.values,
+        STANDS_FOR: _col(runs, f"tags.{STANDS_FOR}").astype(object).fillna("").values,
     })
     numeric = _numeric(task_metrics)
     for name in dict.fromkeys(numeric):
@@ -458,6 +481,12 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         table[name] = means[name].values
         table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
         table[f"{name}_ci95"] = _ci95(stds[name], counts[name]).values
+    # The full-budget basis, so a trial ASHA stopped is compared at the time its budget would take.
+    time = frame["tm_time_s"].where(frame["tm_time_s"].notna(), frame["train_time_s"]).loc[done.index]
+    by = time.groupby(done["variant"], sort=False)
+    low, runs_timed = by.min(), by.count()
+    spread = (by.max() / low - 1).where((runs_timed > 1) & (low > 0))
+    table["wall_time_spread"] = spread.reindex(table["variant"]).values
     deltas = _paired_deltas(done, DELTA_METRIC).reindex(table["variant"])
     table[f"{DELTA_METRIC}_delta"] = deltas["delta"].values
     table[f"{DELTA_METRIC}_delta_ci95"] = deltas["ci95"].values
@@ -467,10 +496,12 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
     table["status"] = "finished"
     table["reason"] = ""
+    table[STANDS_FOR] = grouped[STANDS_FOR].first().values
     rest = frame[frame["status"] != "finished"].copy()
     if not rest.empty:
         rest["n"] = 1
         rest["stopped_early"] = 0
+        rest["wall_time_spread"] = math.nan
         for name in dict.fromkeys(numeric):
             rest[f"{name}_std"] = math.nan
             rest[f"{name}_ci95"] = math.nan
@@ -480,14 +511,35 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         table = pd.concat([table, rest[table.columns]], ignore_index=True)
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
-    table.attrs["tm_score"] = parent_tags.get("tm_score", "wall")
+    table.attrs["tm_score"] = tm_choice(parent_tags, runs)
     return table
 
 
-def tm_column(table_or_tags) -> str:
-    """The TM-relative score a sweep chose (tracking.tm_score): wall clock or counted compute."""
-    choice = table_or_tags.attrs.get("tm_score") if hasattr(table_or_tags, "attrs") else table_or_tags.get("tm_score")
-    return "tm_relative_score_compute" if choice == "compute" else "tm_relative_score"
+def tm_choice(parent_tags: dict[str, str], runs: pd.DataFrame) -> str:
+    """compute | wall: the sweep's tracking.tm_score. A sweep logged before that tag: compute
+    when its runs carry the compute score, else wall (what such a store can show)."""
+    choice = parent_tags.get("tm_score")
+    if choice in TM_COLUMNS:
+        return choice
+    compute = f"metrics.{TM_COLUMNS['compute']}"
+    return "compute" if compute in runs.columns and bool(runs[compute].notna().any()) else "wall"
+
+
+def headline_tm(parent_tags: dict[str, str], runs: pd.DataFrame) -> str:
+    """The column of a sweep's headline TM-relative score (tm_choice)."""
+    return TM_COLUMNS[tm_choice(parent_tags, runs)]
+
+
+def tm_column(table: pd.DataFrame) -> str:
+    """The column of the headline TM-relative score of the sweep a table was built from."""
+    return TM_COLUMNS[table.attrs.get("tm_score", "compute")]
+
+
+def tm_columns(table: pd.DataFrame) -> list[str]:
+    """The headline TM column, then the other where any row has it (a store may lack compute)."""
+    head = tm_column(table)
+    other = next(c for c in TM_COLUMNS.values() if c != head)
+    return [head, *([other] if other in table.columns and bool(table[other].notna().any()) else [])]
 
 
 def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
@@ -540,28 +592,32 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     grouped = bool((table["n"] > 1).any()) if not table.empty else False
     delta_col = f"{DELTA_METRIC}_delta"
     with_delta = delta_col in table.columns and bool(table[delta_col].notna().any())
+    tms = tm_columns(table)
     headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall",
                *(["Δ overall vs *"] if with_delta else []), "Epoch",
                *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)",
-               "Peak mem. (MB)", "TM-rel." + (" (compute)" if tm_column(table) == "tm_relative_score_compute" else "")]
+               "Peak mem. (MB)", *[TM_HEADERS[c] for c in tms]]
     if grouped:
         headers.append("n")
     digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
-              "peak_memory_mb": 0, "tm_relative_score": 3, **{m: 3 for m in task_metrics}}
+              "peak_memory_mb": 0, **{m: 3 for m in task_metrics}, **{c: 3 for c in tms}}
     rows = []
     # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table.
     for r in table.to_dict("records"):
         n = int(r["n"])
         label = r["regime"] + ("*" if r["role"] == "baseline" else "")
+        if r.get(STANDS_FOR):
+            label += f" {ALSO_SEARCHED}"
         if r["stopped_early"]:
             label += " †"
+        if r.get("wall_time_spread", 0) > WALL_SPREAD:  # NaN (one run) compares False
+            label += f" {WALL_MARK}"
         if r["status"] == "interrupted":
             label += " ‡"
         elif r["status"] == "failed":
             label += f" ✗ ({r['reason'] or 'failed'})"
         cells = [label, r["lr"], r["weights"]]
-        tm = tm_column(table)
-        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb", tm]:
+        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb", *tms]:
             half = r.get(f"{name}_ci95", math.nan)
             cells.append(_cell(r[name], half, n, digits.get(name, 3)))
             if name == "overall" and with_delta:
@@ -572,6 +628,7 @@ def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+TM_HEADERS = {TM_COLUMNS["compute"]: "TM-rel. (compute)", TM_COLUMNS["wall"]: "TM-rel. (wall)"}
 CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
            "‡ interrupted (Ctrl-C, a signal or a tracking outage; `mtbert sweep resume` continues it). "
            "✗ failed, with its reason; failed and interrupted trials are listed one per row, after the others. "
@@ -579,9 +636,11 @@ CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on 
            "(t-distribution, n seeds; one seed shows no interval). Δ overall vs *: the difference to the "
            "baseline paired by seed (mean of the per-seed differences ± its 95% t-interval; n = seeds both "
            "ran). Peak mem.: CUDA peak allocated, or on CPU "
-           "the trial process's peak resident set. TM-rel.: (overall / base) x (time_base / time) x "
-           "(size_base / size); time is measured train time (tm_relative_score), or with (compute) the "
-           "counted training FLOPs (tm_relative_score_compute), as the sweep's tracking.tm_score says.")
+           "the trial process's peak resident set. TM-rel.: (overall / base) x (cost_base / cost) x "
+           "(size_base / size), the cost on the full-budget basis: (compute) counted training FLOPs "
+           "(tm_relative_score_compute), the same on any machine; (wall) measured train time "
+           "(tm_relative_score), which the machine's load moves. The first is the sweep's headline "
+           "(tracking.tm_score).")
 
 
 def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
@@ -606,18 +665,27 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
 
 
 def caption(table: pd.DataFrame) -> str:
+    """CAPTION, then a legend entry for each mark only the rows of this table carry."""
+    text = CAPTION
+    if "wall_time_spread" in table and bool((table["wall_time_spread"] > WALL_SPREAD).any()):
+        text += (f" {WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart "
+                 "(max/min − 1): its TM-rel. (wall) measured the machine's load, not only the configuration.")
+    if STANDS_FOR in table and bool((table[STANDS_FOR].astype(object).fillna("") != "").any()):
+        text += (f" {ALSO_SEARCHED}: a searched configuration identical to the baseline (same config and seed) "
+                 "was trained once, as the baseline: this row is both.")
     below = below_reference(table)
     if below is None:
-        return CAPTION
+        return text
     parts = [f"{name}: {', '.join(rows) if rows else 'none'}" for name, rows in below.items()]
-    return (CAPTION + f" {REFERENCE_LABEL}: every encoder layer frozen, linear heads (mtbert.config.REFERENCE); "
+    return (text + f" {REFERENCE_LABEL}: every encoder layer frozen, linear heads (mtbert.config.REFERENCE); "
             "rows whose mean is below it: " + "; ".join(parts) + ".")
 
 
-def _markdown(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
+def _markdown(headers: list[str], rows: list[list[str]], text: str = CAPTION, left: int = 3) -> str:
+    """`left`: the label columns, aligned left; the numbers after them right."""
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-    align = ["---"] * 3 + ["---:"] * (len(headers) - 3)
+    align = ["---"] * left + ["---:"] * (len(headers) - left)
     return "\n".join([line(headers), "| " + " | ".join(align) + " |", *map(line, rows), "", text]) + "\n"
 
 
@@ -628,11 +696,11 @@ _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 def _latex_escape(text: str) -> str:
     out = "".join(_LATEX_ESCAPES.get(c, c) for c in text)
     return (out.replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("–", "--")
-            .replace("Δ", r"$\Delta$"))
+            .replace("Δ", r"$\Delta$").replace(WALL_MARK, r"\S{}"))
 
 
-def _latex(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
-    spec = "lll" + "r" * (len(headers) - 3)
+def _latex(headers: list[str], rows: list[list[str]], text: str = CAPTION, left: int = 3) -> str:
+    spec = "l" * left + "r" * (len(headers) - left)
     lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
              " & ".join(map(_latex_escape, headers)) + r" \\", r"\midrule"]
     lines += [" & ".join(map(_latex_escape, row)) + r" \\" for row in rows]
@@ -640,10 +708,10 @@ def _latex(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> st
     return "\n".join(lines) + "\n"
 
 
-def _html(headers: list[str], rows: list[list[str]], text: str = CAPTION) -> str:
+def _html(headers: list[str], rows: list[list[str]], text: str = CAPTION, css: str = "mtbert-leaderboard") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>\n" for row in rows)
-    return (f"<table class=\"mtbert-leaderboard\">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n"
+    return (f"<table class=\"{css}\">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n"
             f"<caption>{html.escape(text)}</caption>\n</table>\n")
 
 
@@ -652,13 +720,21 @@ def _csv(table: pd.DataFrame) -> str:
     return table.to_csv(index=False)
 
 
-def render(table: pd.DataFrame, fmt: str) -> str:
+def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None) -> str:
+    """The table in `fmt`; md, latex and html follow it with the importance table when given
+    (csv stays one table: the importance is a csv of its own, importance.render)."""
     if fmt not in FORMATS:
         raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
     if fmt == "csv":
         return _csv(table)
     headers, rows = display_rows(table)
-    return {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows, caption(table))
+    text = {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows, caption(table))
+    if importance is None or importance.empty:
+        return text
+    from orchestration import importance as imp
+
+    heading = "\n**Importance of the swept dimensions**\n\n" if fmt == "md" else "\n"
+    return text + heading + imp.render(importance, fmt)
 
 
 # --------------------------------------------------------------------------- Pareto plot
@@ -674,15 +750,20 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
+def cost_axis(table: pd.DataFrame) -> str:
+    """The Pareto plot's cost: the headline TM score's, counted FLOPs or measured seconds, both
+    on the full-epoch-budget basis."""
+    return "tm_flops" if tm_column(table) == TM_COLUMNS["compute"] and "tm_flops" in table else "tm_time_s"
+
+
 def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # The sweep's TM choice sets the cost axis: measured seconds or counted FLOPs, both on the
-    # full-epoch-budget basis; only finished configurations are points.
-    x = "tm_flops" if tm_column(table) == "tm_relative_score_compute" and "tm_flops" in table else "tm_time_s"
+    x = cost_axis(table)
+    # Only finished configurations are points.
     data = table[table["status"] == "finished"] if "status" in table else table
     data = data.dropna(subset=["overall", x]) if not data.empty else data
     path = Path(path)
@@ -709,7 +790,7 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     ax.set_xlabel("training FLOPs on the full epoch budget" if x == "tm_flops"
                   else "train time on the full epoch budget (s)")
     ax.set_ylabel("best dev overall")
-    ax.set_title(title or "overall vs train time")
+    ax.set_title(title or ("overall vs training compute" if x == "tm_flops" else "overall vs train time"))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -761,17 +842,21 @@ def log_artifact(uri: str, run, path: str | Path) -> None:
 def log_leaderboard(tracking) -> bool:
     """The sweep's table (leaderboard.md, leaderboard.csv) and Pareto plot (pareto.png) on its
     parent run, drawn from the final figures: at the end of every run and resume, so the
-    parent never keeps a stale one."""
+    parent never keeps a stale one. The markdown carries the importance the parent holds for
+    these runs (importance.log_importance, the step before)."""
     import tempfile
+
+    from orchestration.importance import stored
 
     parent = tracking.client.get_run(tracking.parent_run_id)
     runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id, *table_keys(parent.data.tags))
     table = sort_table(build_table(runs, parent.data.tags))
     if table.empty:
         return False
+    importance, _ = stored(tracking.uri, parent, table)
     with tempfile.TemporaryDirectory() as tmp:
         path = plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
-        (Path(tmp) / "leaderboard.md").write_text(render(table, "md"))
+        (Path(tmp) / "leaderboard.md").write_text(render(table, "md", importance))
         (Path(tmp) / "leaderboard.csv").write_text(render(table, "csv"))
         for name in ("pareto.png", "leaderboard.md", "leaderboard.csv"):
             tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
@@ -781,14 +866,14 @@ def log_leaderboard(tracking) -> bool:
 log_pareto = log_leaderboard  # the name callers knew
 
 
-def _tm_column(tags: dict[str, str]) -> str:
-    """The sweep's chosen TM-relative score (tracking.tm_score) as the default sort column."""
-    return "tm_relative_score_compute" if tags.get("tm_score") == "compute" else "overall"
-
-
 def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
-                sort: str = "overall", plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
-    """(rendered table, the table, the parent run); draws and logs the Pareto plot if `plot`."""
+                sort: str = "overall", plot: str | Path | None = None,
+                importance_plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
+    """(rendered table, the table, the parent run); draws and logs the Pareto plot if `plot`.
+    The importance the parent holds for these runs follows the table (md, latex, html) and is
+    drawn to `importance_plot`; importance.stored says why when there is none."""
+    from orchestration.importance import plot_importance, stored
+
     experiment_id, parent = find_sweep(uri, experiment, sweep)
     runs = child_runs(uri, experiment_id, parent.info.run_id, *table_keys(parent.data.tags))
     table = sort_table(build_table(runs, parent.data.tags), sort)
@@ -797,4 +882,7 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
         log_artifact(uri, parent, path)
-    return render(table, fmt), table, parent
+    importance, _ = stored(uri, parent, table)
+    if importance is not None and importance_plot is not None:
+        plot_importance(importance, importance_plot, title=parent.info.run_name)
+    return render(table, fmt, importance), table, parent

@@ -12,6 +12,8 @@ resumed); MLflow child runs are found by it. `variant` groups one configuration'
 Grid and random search are expanded here, in the driver, with Ray's own variant generator
 (seeded), so every point is validated before launch and CI can list them. Optuna suggests
 points while the sweep runs; `Planner.from_raw` turns its raw parameters into a trial.
+Under adaptive seeds (`seeds: {start, max}`) the planned trials are the first round, `start`
+seeds each; searcher.SeedRounds plans the rounds after it.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from ray.tune.search.variant_generator import generate_variants
 
 from mtbert.config import ConfigError
 from orchestration.errors import SweepError
+from orchestration.labels import STANDS_FOR
 from orchestration.spec import SMOKE_MAX_POINTS, Sweep
 
 BASELINE = "baseline"
@@ -99,6 +102,7 @@ class Planner:
         trials = self.baseline_trials() + self.reference_trials()
         if self.sweep.spec.search.algorithm == "optuna":
             return trials
+        baselines = {t["seed"]: t for t in trials if t["role"] == "baseline"}
         points = self.search_values()
         width = max(3, len(str(len(points))))
         for i, values in enumerate(points):
@@ -108,6 +112,12 @@ class Planner:
                 if "__invalid__" in trial["config"]:
                     raise SweepError(f"{self.sweep.source}: space point {values}: "
                                      f"{trial['config']['__invalid__']}")
+                same = baselines.get(seed)
+                if same is not None and same["config"] == trial["config"]:
+                    # Training it again would only measure the same run twice: the baseline's run
+                    # is this point's, and says so (STANDS_FOR, a tag on its MLflow run).
+                    same.setdefault(STANDS_FOR, []).append(variant)
+                    continue
                 trials.append(trial)
         return trials
 
@@ -115,5 +125,11 @@ class Planner:
         return self.sweep.spec.num_samples * len(self.sweep.seeds) if self.sweep.spec.search.algorithm == "optuna" else 0
 
     def total_trials(self) -> int:
+        """The trials the sweep runs; under adaptive seeds the most it may run (every
+        configuration at `max` seeds, within the budget), the first round being fixed_trials()."""
+        adaptive = self.sweep.adaptive
+        if adaptive is not None:
+            most = len({t["variant"] for t in self.fixed_trials()}) * adaptive.max
+            return most if adaptive.budget.trials is None else min(most, adaptive.budget.trials)
         return len(self.fixed_trials()) + self.optuna_trials()
 

@@ -6,9 +6,13 @@
   the seeds, per objective. Ray's `Repeater` does the same for one metric only; this one
   handles multi-objective lists too.
 
-The state (what was handed out, the seed groups, Optuna's study) is saved with Tune's
-experiment checkpoints, so `mtbert sweep resume` continues the same plan: the n-th
-suggestion keeps its variant id and finds its MLflow run again.
+- Adaptive seeds (`seeds: {start, max, budget}`): the fixed trials are the first round;
+  `SeedRounds` adds the next rounds, one seed at a time, where a claim is still open.
+
+The state (what was handed out, the seed groups, Optuna's study, the rounds and every
+finished trial's figures) is saved with Tune's experiment checkpoints, so `mtbert sweep
+resume` continues the same plan: the n-th suggestion keeps its variant id and finds its
+MLflow run again, and a resumed adaptive sweep adds the same seeds as one never stopped.
 """
 from __future__ import annotations
 
@@ -16,20 +20,203 @@ import math
 import os
 import pickle
 import tempfile
+import time
 from typing import Any
 
 from ray.tune.search import Searcher
 
-from orchestration.plan import Planner
+from orchestration.labels import STANDS_FOR
+from orchestration.plan import BASELINE, Planner, trial_key
+
+TM_METRICS = {"tm_relative_score": "tm_time_s", "tm_relative_score_compute": "tm_flops"}
+
+
+class SeedRounds:
+    """Adaptive seeds over the planned configurations (the baseline and the reference
+    included): seeds 0, 1, 2, ... in order, a round at a time.
+
+    Round 1 is the planned trials, `start` seeds each. When every trial of a round has ended,
+    each claim is decided (verdicts.decide) on the figures its two configurations' trials
+    logged; a claim still undecided with fewer than `max` paired seeds is open, and each open
+    claim's two configurations get its next paired seed (a claim on a TM-relative score also
+    the baseline's: the score is taken against the same seed's baseline). The sweep ends when
+    no claim is open, or when the budget (trials in all, or the driver's hours) is spent: a
+    round that does not fit whole takes the open claims in file order while they fit.
+
+    A trial's figure is its best epoch's, as its MLflow run logs it (tracking.trial_figures over
+    the epochs Tune reported). Everything here is plain data, saved with the searcher."""
+
+    def __init__(self, planner: Planner, first: list[dict[str, Any]]):
+        from orchestration.claims import configurations, sides
+
+        sweep = planner.sweep
+        self.design = sweep.adaptive
+        self.claims = list(sweep.claims)
+        self.configs: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {}  # variant -> role, values, extra
+        for t in first:
+            extra = {STANDS_FOR: t[STANDS_FOR]} if t.get(STANDS_FOR) else {}
+            self.configs.setdefault(t["variant"], (t["role"], t["values"], extra))
+        self.seeds = {v: sum(t["variant"] == v for t in first) for v in self.configs}  # handed out
+        self.sides = {c.name: sides(c, configurations(first)) for c in self.claims}
+        self.round = 1
+        self.outstanding = {t["key"] for t in first}  # keys of this round not ended yet
+        self.queue: list[dict[str, Any]] = []  # this round's trials not handed out yet
+        self.handed = len(first)
+        self.key_of: dict[str, str] = {}  # Tune trial id -> trial key
+        self.shape: dict[str, dict[str, Any]] = {}  # key -> what its figures need of its config
+        self.history: dict[str, dict[int, dict[str, float]]] = {}  # key -> epoch -> figures
+        self.figures: dict[str, dict[str, float]] = {}  # key -> run figures of a finished trial
+        self.rounds: list[dict[str, Any]] = []  # what each round decided, for the record
+        self.finished: str | None = None  # why no round follows
+        self.spent_s = 0.0  # the driver's wall time while the sweep ran (budget.hours)
+        self._tick = time.time()
+
+    def _clock(self) -> None:
+        now = time.time()
+        self.spent_s += max(now - self._tick, 0.0)
+        self._tick = now
+
+    def restored(self) -> None:
+        self._tick = time.time()  # the time the driver was down is not the sweep's
+
+    def handed_out(self, trial_id: str, config: dict[str, Any]) -> None:
+        self.key_of[trial_id] = config["key"]
+        full = config["config"]
+        self.shape[config["key"]] = {"tasks": full.get("tasks", []),
+                                     "train": {"epochs": full.get("train", {}).get("epochs", 0)}}
+
+    def suggest(self, trial_id: str, planner: Planner) -> dict | str | None:
+        if self.queue:
+            config = self.queue.pop(0)
+            self.handed_out(trial_id, config)
+            return config
+        if self.outstanding:
+            return None  # the round's last trials are running: the next round depends on them
+        if self.finished is None:
+            self._next_round(planner)
+            return self.suggest(trial_id, planner)
+        return Searcher.FINISHED
+
+    def on_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        key = self.key_of.get(trial_id)
+        if key is None or "epoch" not in result:
+            return
+        from orchestration.tracking import epoch_metrics
+
+        # A resumed trial reports its epochs again: the latest report of an epoch wins.
+        figures = {k: v for k, v in epoch_metrics(result).items() if "/" not in k}  # not Tune's config/...
+        self.history.setdefault(key, {})[int(result["epoch"])] = figures
+
+    def on_complete(self, trial_id: str, result: dict | None, error: bool, planner: Planner) -> None:
+        key = self.key_of.get(trial_id)
+        if key is None or key not in self.outstanding:
+            return
+        if not error and not (result or {}).get("done"):
+            return  # stopped by an interrupt, not ended: `sweep resume` runs it on
+        self._clock()
+        if not error:
+            if result:
+                self.on_result(trial_id, result)
+            if self.history.get(key):
+                from orchestration.tracking import trial_figures
+
+                self.figures[key] = trial_figures(self.history[key], self.shape[key])[0]
+        self.history.pop(key, None)
+        self.outstanding.discard(key)
+        if not self.outstanding and not self.queue:
+            self._next_round(planner)
+
+    # ------------------------------------------------------------------ deciding
+
+    def value(self, variant: str, seed: int, metric: str) -> float | None:
+        figures = self.figures.get(trial_key(variant, seed))
+        if figures is None:
+            return None
+        if metric in TM_METRICS:
+            from orchestration.tm import trial_tm
+
+            baseline = self.figures.get(trial_key(BASELINE, seed))
+            return None if baseline is None else trial_tm(figures, baseline, TM_METRICS[metric])
+        return figures.get(metric)
+
+    def per_seed(self, variant: str, metric: str) -> dict[int, float]:
+        out = {}
+        for seed in range(self.seeds[variant]):
+            value = self.value(variant, seed, metric)
+            if value is not None and not math.isnan(value):
+                out[seed] = value
+        return out
+
+    def verdicts(self) -> dict[str, Any]:
+        from orchestration.verdicts import decide
+
+        return {c.name: decide(self.per_seed(self.sides[c.name][0], c.metric),
+                               self.per_seed(self.sides[c.name][1], c.metric), c) for c in self.claims}
+
+    def _next_round(self, planner: Planner) -> None:
+        self._clock()
+        verdicts = self.verdicts()
+        open_claims = [c for c in self.claims if not verdicts[c.name].decided
+                       and min(self.seeds[v] for v in self.sides[c.name]) < self.design.max]
+        budget = self.design.budget
+        targets: dict[str, int] = {}
+        cut = None
+        if budget.hours is not None and self.spent_s >= budget.hours * 3600:
+            cut = "budget.hours spent"
+        else:
+            for claim in open_claims:
+                variants = list(self.sides[claim.name])
+                if claim.metric in TM_METRICS and BASELINE in self.configs:
+                    variants.append(BASELINE)
+                want = min(self.seeds[v] for v in self.sides[claim.name]) + 1
+                wanted = dict(targets)
+                for v in variants:
+                    wanted[v] = max(wanted.get(v, self.seeds[v]), want)
+                added = sum(n - self.seeds[v] for v, n in wanted.items())
+                if budget.trials is not None and self.handed + added > budget.trials:
+                    cut = "budget.trials spent"
+                    break
+                targets = wanted
+        self.rounds.append({"round": self.round, "trials": self.handed,
+                            "verdicts": {c.name: verdicts[c.name].outcome for c in self.claims},
+                            "open": [c.name for c in open_claims], "next": {}})
+        new = []
+        for variant, n in targets.items():
+            role, values, extra = self.configs[variant]
+            for seed in range(self.seeds[variant], n):
+                new.append({**planner.trial(variant, role, values, seed), **extra})
+            self.rounds[-1]["next"][variant] = list(range(self.seeds[variant], n))
+            self.seeds[variant] = n
+        if not new:
+            undecided = [c for c in self.claims if not verdicts[c.name].decided]
+            self.finished = cut or ("every claim decided" if not undecided else
+                                    f"{len(undecided)} undecided claim(s) at {self.design.max} seeds")
+            self.rounds[-1]["end"] = self.finished
+            return
+        self.round += 1
+        self.queue.extend(new)
+        self.outstanding.update(t["key"] for t in new)
+        self.handed += len(new)
+
+    def describe_round(self) -> str:
+        """One line on the last round's decision (for the console)."""
+        last = self.rounds[-1]
+        if "end" in last:
+            return f"seeds: no round {last['round'] + 1} ({last['end']}) after {last['trials']} trials"
+        adds = ", ".join(f"{v} seed {','.join(map(str, seeds))}" for v, seeds in last["next"].items())
+        return (f"seeds: round {last['round'] + 1} for {len(last['open'])} open claim(s) "
+                f"({'; '.join(last['open'])}): {adds}")
 
 
 class SweepSearcher(Searcher):
     def __init__(self, planner: Planner, inner: Searcher | None = None,
-                 metric: str | None = None, mode: str | None = None):
+                 metric: str | None = None, mode: str | None = None, announce: bool = False):
         super().__init__(metric=metric, mode=mode)
         self._planner = planner
         self._inner = inner
+        self._announce = announce  # a console line per adaptive round (beside the progress lines)
         self._fixed = planner.fixed_trials()
+        self._rounds = SeedRounds(planner, self._fixed) if planner.sweep.adaptive is not None else None
         self._next_fixed = 0
         self._fixed_ids: set[str] = set()
         self._inner_budget = planner.sweep.spec.num_samples if inner is not None else 0
@@ -40,6 +227,9 @@ class SweepSearcher(Searcher):
 
     @property
     def total_trials(self) -> int:
+        """The trials it hands out; under adaptive seeds, the most it may."""
+        if self._rounds is not None:
+            return self._planner.total_trials()
         return len(self._fixed) + self._inner_budget * len(self._planner.sweep.seeds)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
@@ -55,7 +245,11 @@ class SweepSearcher(Searcher):
             config = self._fixed[self._next_fixed]
             self._next_fixed += 1
             self._fixed_ids.add(trial_id)
+            if self._rounds is not None:
+                self._rounds.handed_out(trial_id, config)
             return config
+        if self._rounds is not None:
+            return self._rounds.suggest(trial_id, self._planner)
         if self._queued:
             primary, config = self._queued.pop(0)
             self._primary_of[trial_id] = primary
@@ -75,9 +269,16 @@ class SweepSearcher(Searcher):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         # Optuna runs with a NopPruner here (ASHA stops trials), so intermediate values unused.
-        return
+        if self._rounds is not None:
+            self._rounds.on_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if self._rounds is not None:
+            rounds = len(self._rounds.rounds)
+            self._rounds.on_complete(trial_id, result, error, self._planner)
+            if self._announce and len(self._rounds.rounds) > rounds:
+                print(self._rounds.describe_round(), flush=True)
+            return
         if trial_id in self._fixed_ids or trial_id not in self._primary_of or self._inner is None:
             return
         primary = self._primary_of[trial_id]
@@ -110,6 +311,8 @@ class SweepSearcher(Searcher):
 
     def set_state(self, state: dict) -> None:
         self.__dict__.update(state)
+        if self._rounds is not None:
+            self._rounds.restored()
 
     def save(self, checkpoint_path: str) -> None:
         inner_blob = None
@@ -140,7 +343,7 @@ class SweepSearcher(Searcher):
                 os.unlink(tmp)
 
 
-def make_searcher(planner: Planner) -> SweepSearcher:
+def make_searcher(planner: Planner, announce: bool = False) -> SweepSearcher:
     sweep = planner.sweep
     search = sweep.spec.search
     objectives = sweep.objectives
@@ -157,4 +360,4 @@ def make_searcher(planner: Planner) -> SweepSearcher:
                              metric=metrics if multi else metrics[0],
                              mode=modes if multi else modes[0], seed=search.seed)
     metric, mode = (objectives[0] if len(objectives) == 1 else (None, None))
-    return SweepSearcher(planner, inner, metric=metric, mode=mode)
+    return SweepSearcher(planner, inner, metric=metric, mode=mode, announce=announce)

@@ -18,9 +18,30 @@ Top-level keys (see sweeps/*.yaml for commented examples):
     reference            true: also run the frozen reference under each seed (the encoder as it
                          came, linear heads: mtbert.config.REFERENCE, on the sweep's budget); or a
                          mapping of config overrides over it. The leaderboard names the row.
-    seeds                every configuration (and the baseline) runs under each seed
+    seeds                every configuration (and the baseline) runs under each seed: a list, or
+                         adaptive, {start, max, budget}: see below
+    claims               what the sweep sets out to show: orchestration/claims.py
     tracking             {uri, experiment, outage_s, tm_score, log_models, register_model}
     smoke                overrides applied by --smoke, on top of the built-in smoke shrink
+
+Claims and adaptive seeds. A claim compares two configurations of the sweep on one figure; an
+adaptive `seeds:` spends seeds only where a claim is still open (orchestration/searcher.py):
+
+    claims:
+      - name: 3-bert > 1-bert
+        metric: overall              # a figure every trial logs (tracking.RUN_FIGURES, task scores)
+        a: {sharing.encoder_shared_layers: 0}
+        b: {role: baseline}          # or config keys; role: baseline | reference | search
+        relation: ">"                # > | < | ≈ (~)
+        min_effect: 0.01             # the smallest difference that matters
+        source: hybrid-bert-layer-sharing.txt, Table 1
+        paper_effect: 0.011          # the paper's own A − B (optional)
+        paper: 0.772 vs 0.761        # the paper's numbers in words (optional)
+    seeds: {start: 3, max: 12, budget: {trials: 60, hours: 2}}
+    # seeds 0, 1, 2, ... (base train.seed plays no part): every configuration starts with
+    # `start`; after each round the claims are decided on the sweep's results, and only the
+    # configurations an undecided claim names get one more seed, until every claim is decided,
+    # a claim has `max` paired seeds, or the budget (both optional) is spent.
 
 `--set KEY=VALUE` and `smoke:` entries use one rule: a key whose first part is a sweep key
 (num_samples, search.seed, ...) changes the sweep; any other key (optim.lr, base.optim.lr)
@@ -30,7 +51,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,14 +96,33 @@ class TrackingSpec:
     # A tracking server may restart mid-sweep: writes queue (and trials train) this long
     # before the sweep stops cleanly with a resume command. Seconds.
     outage_s: float = 180.0
-    # Which TM-relative score the leaderboard sorts by and the Pareto plot draws: wall
-    # (measured train time) or compute (counted training FLOPs, the same on a loaded machine).
-    tm_score: Literal["wall", "compute"] = "wall"
+    # The leaderboard's headline TM-relative score (its first TM column, `--sort tm`, the Pareto
+    # plot's cost axis): compute (counted training FLOPs: the same on a loaded machine, so a
+    # rerun reproduces it) or wall (measured train time, which a busy neighbour moves).
+    tm_score: Literal["wall", "compute"] = "compute"
     # Which trials log their best-epoch bundle to their child run as an MLflow model: best
     # (the sweep's best trial), all (every trial: a bundle per trial on disk), or none.
     log_models: Literal["best", "all", "none"] = "best"
     # A Model Registry name: the best trial's model is registered under it (null = not registered).
     register_model: str | None = None
+
+
+@dataclass
+class SeedBudget:
+    trials: int | None = None  # at most this many trials in the whole sweep
+    hours: float | None = None  # no new round after this much of the driver's wall time
+
+
+@dataclass
+class AdaptiveSeeds:
+    """`seeds: {start, max, budget}`: seeds 0, 1, 2, ... spent where a claim is still open."""
+    start: int = 3  # seeds of every configuration in the first round
+    max: int = 12  # paired seeds at which an open claim stops taking more
+    budget: SeedBudget = field(default_factory=SeedBudget)
+
+    def describe(self) -> dict[str, Any]:
+        return {"start": self.start, "max": self.max,
+                "budget": {k: v for k, v in asdict(self.budget).items() if v is not None}}
 
 
 @dataclass
@@ -102,7 +142,8 @@ class SweepFile:
     # true = the frozen reference runs beside the sweep under each seed; a mapping = the same,
     # with these config overrides on top of it (e.g. {train.epochs: 10}).
     reference: bool | dict[str, Any] = False
-    seeds: list[int] | None = None  # null = [base train.seed]
+    seeds: Any = None  # a list (null = [base train.seed]) or adaptive {start, max, budget}: parse_seeds
+    claims: Any = None  # a list of claims: orchestration/claims.py
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     smoke: dict[str, Any] | None = None
 
@@ -114,6 +155,10 @@ SWEEP_KEYS = {"name", "description", "search", "scheduler", "num_samples", "max_
 REPORTED_METRICS = {"overall", "best_overall", "overall_cs224n", "train_time_s", "epoch_time_s",
                     "model_size_mb", "peak_memory_mb", "seq_per_s", "pad_fraction",
                     "params_total", "params_trainable"}
+
+# --smoke keeps an adaptive design adaptive, in its smallest form: one seed each, then a
+# second one where a claim is open (with one seed there is no interval: every claim is).
+SMOKE_SEEDS = (1, 2)
 
 # --smoke: any sweep shrinks to seconds on a laptop or CI runner.
 SMOKE_CONFIG: dict[str, Any] = {
@@ -162,10 +207,17 @@ class Sweep:
     base: dict[str, Any]  # nested base config, paths absolute, validated
     dims: list[Dimension]
     baseline: dict[str, Any]  # dotted overrides of the baseline trial
-    seeds: list[int]
+    seeds: list[int]  # the first round's under adaptive seeds (0 .. start-1)
     reference: dict[str, Any] | None = None  # dotted overrides of the frozen-reference trial
+    claims: list = field(default_factory=list)  # orchestration.claims.Claim, experiment filled in
+    adaptive: AdaptiveSeeds | None = None  # None: every configuration runs every seed of `seeds`
     smoke: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. dimensions pinned by --smoke
+
+    @property
+    def experiment(self) -> str:
+        """The MLflow experiment its runs go to."""
+        return self.spec.tracking.experiment or self.name
 
     @property
     def objectives(self) -> list[tuple[str, str]]:
@@ -224,7 +276,7 @@ def split_overrides(items: list[str] | dict[str, Any] | None, where: str) -> tup
             sweep_level[key] = value
         elif head == "base" and "." in key:
             config[key.split(".", 1)[1]] = value
-        elif head in ("space", "baseline", "smoke", "base", "base_config"):
+        elif head in ("space", "baseline", "smoke", "base", "base_config", "claims"):
             raise SweepError(f"{where} {key}: '{head}' can only be changed in the sweep file")
         else:
             config[key] = value
@@ -248,7 +300,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
             raise SweepError(f"{where}: smoke: expected a mapping of overrides, got {raw['smoke']!r}")
         smoke_sweep, smoke_config = split_overrides(raw.get("smoke") or {}, f"{where}: smoke:")
         smoke_config = {**SMOKE_CONFIG, **smoke_config}
-        _shrink_sweep(raw, smoke_sweep)
+        _shrink_sweep(raw, smoke_sweep, where)
     for key, value in sweep_set.items():  # --set wins over --smoke: it is the later word
         set_dotted(raw, key, value)
 
@@ -266,15 +318,13 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     except ConfigError as exc:
         raise _config_error(exc, f"{where}: base") from None
     base = to_dict(base_cfg)
-    seeds = spec.seeds if spec.seeds else [base_cfg.train.seed]
-    if len(set(seeds)) != len(seeds):
-        raise SweepError(f"{where}: seeds: duplicate seed in {seeds}")
+    seeds, adaptive = parse_seeds(spec.seeds, where, base_cfg.train.seed)
     reference = None
     if spec.reference is not False:
         reference = reference_overrides(spec.reference if isinstance(spec.reference, dict) else None)
     sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
                   baseline=_dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
-                  reference=reference)
+                  reference=reference, adaptive=adaptive)
     _check_dims(sweep, where)
     _check_baseline(sweep, where)
     _check_reference(sweep, where)
@@ -284,6 +334,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     if raw.get("space") == {} and not spec.baseline:  # written out empty: not a default
         raise SweepError(f"{where}: space: empty and no baseline overrides, so the sweep would train "
                          "the base config twice; add a dimension, or train it once with `mtbert train`")
+    _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config if smoke else {})
     return sweep
 
 
@@ -322,11 +373,14 @@ def _full_epoch_budget(raw: dict, path: Path, where: str, overrides: list[str] |
         return None
 
 
-def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any]) -> None:
+def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any], where: str) -> None:
     if isinstance(raw.get("num_samples"), int):
         raw["num_samples"] = min(raw["num_samples"], 2)
     if isinstance(raw.get("seeds"), list):
         raw["seeds"] = raw["seeds"][:1]
+    elif isinstance(raw.get("seeds"), dict):
+        parse_seeds(raw["seeds"], where, 0)  # the design as written is checked, then shrunk
+        raw["seeds"] = {**raw["seeds"], "start": SMOKE_SEEDS[0], "max": SMOKE_SEEDS[1]}
     if isinstance(raw.get("max_failures"), int):
         raw["max_failures"] = min(raw["max_failures"], 1)
     resources = raw.get("resources")
@@ -481,6 +535,79 @@ def _check_search(sweep: Sweep, where: str, tasks: list[str]) -> None:
         if len(parts) != 2 or parts[1] not in ("max", "min"):
             raise SweepError(f"{where}: search.objectives[{i}]: expected 'metric max' or 'metric min', got {item!r}")
         _check_metric(parts[0], f"{where}: search.objectives[{i}]", known)
+
+
+def parse_seeds(raw: Any, where: str, base_seed: int) -> tuple[list[int], AdaptiveSeeds | None]:
+    """`seeds:` -> (the first round's seeds, the adaptive design or None)."""
+    if raw is None:
+        return [base_seed], None
+    if isinstance(raw, dict):
+        try:
+            design = coerce(AdaptiveSeeds, raw, "seeds")
+        except ConfigError as exc:
+            raise SweepError(f"{where}: {exc}") from None
+        if design.start < 1:
+            raise SweepError(f"{where}: seeds.start: must be >= 1, got {design.start}")
+        if design.max <= design.start:
+            raise SweepError(f"{where}: seeds.max: must be > start ({design.start}), got {design.max}; "
+                             "a fixed design is a list (seeds: [0, 1, 2])")
+        budget = design.budget
+        if budget.trials is not None and budget.trials < 1:
+            raise SweepError(f"{where}: seeds.budget.trials: must be >= 1, got {budget.trials}")
+        if budget.hours is not None and budget.hours <= 0:
+            raise SweepError(f"{where}: seeds.budget.hours: must be > 0, got {budget.hours}")
+        return list(range(design.start)), design
+    try:
+        seeds = coerce(list[int], raw, "seeds")
+    except ConfigError:
+        raise SweepError(f"{where}: seeds: expected a list of seeds or an adaptive design "
+                         f"{{start, max, budget}}, got {raw!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise SweepError(f"{where}: seeds: duplicate seed in {seeds}")
+    return (seeds or [base_seed]), None
+
+
+def _check_claims(sweep: Sweep, where: str, tasks: list[str], pinned: dict[str, Any]) -> None:
+    """Every claim against the sweep's configurations, then with the design's looks. A --smoke
+    run is checked against the plan it would have without --smoke (a typo is a typo there
+    too), then runs only the claims whose two configurations its shrunk plan kept."""
+    from orchestration.claims import check_claims, configurations, parse_claims, pick, with_looks
+    from orchestration.plan import Planner
+
+    claims = parse_claims(sweep.spec.claims, where, sweep.experiment)
+    searched = sweep.spec.search.algorithm != "optuna"
+    if sweep.adaptive is not None:
+        if not claims:
+            raise SweepError(f"{where}: seeds: adaptive seeds spend seeds where a claim is still open, and "
+                             "the sweep has no claims: (nothing to decide); add claims or list the seeds")
+        if not searched:
+            raise SweepError(f"{where}: seeds: adaptive seeds need grid or random search (their "
+                             "configurations are known before the first round); optuna takes a list")
+    if not claims:
+        return
+    planned = Planner(sweep).fixed_trials()
+    if sweep.adaptive is not None and sweep.adaptive.budget.trials is not None \
+            and sweep.adaptive.budget.trials < len(planned):
+        raise SweepError(f"{where}: seeds.budget.trials: {sweep.adaptive.budget.trials} < {len(planned)}, "
+                         f"the first round ({len(planned) // len(sweep.seeds)} configurations x "
+                         f"{len(sweep.seeds)} seeds)")
+    kept = configurations(planned)
+    full = kept if not sweep.smoke else configurations(Planner(replace(sweep, smoke=False)).fixed_trials())
+    if sweep.smoke:
+        named = [c for c in claims if any(_pinned_by(k, pinned) for k in (*c.a, *c.b))]
+        for claim in named:
+            sweep.notes.append(f"--smoke pins a key that claim '{claim.name}' names: the claim is not judged")
+        claims = [c for c in claims if c not in named]
+    check_claims(claims, full, tasks, where, known_points=searched)
+    if sweep.smoke and searched:
+        dropped = [c for c in claims if not (pick(kept, c.a) and pick(kept, c.b))]
+        for claim in dropped:
+            sweep.notes.append(f"--smoke keeps {len(kept)} configurations, not both of claim '{claim.name}': "
+                               "the claim is not judged")
+        claims = [c for c in claims if c not in dropped]
+        if sweep.adaptive is not None and not claims:
+            sweep.adaptive = None  # nothing left to decide: the smoke run is its first round
+    sweep.claims = with_looks(claims, sweep.adaptive)
 
 
 def _check_scheduler(sweep: Sweep, where: str, full_budget: int | None = None) -> None:

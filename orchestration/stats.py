@@ -9,14 +9,26 @@ both sides ran. Seeds move every configuration the same way (same data order, sa
 initialisation), so the pairing removes that shared noise: a small, consistent gain between
 seeds that disagree by much more than the gain is still resolved, where two independent
 intervals would overlap.
+
+A sweep that adds seeds until a claim is decided looks at its interval after every seed, and
+a 95% interval looked at ten times misses the truth at some look far more often than 5%
+(18% over 3..12 seeds). Such a design declares its looks, (first, last) paired seeds,
+and its intervals use the wider per-look level of `sequential_level`, which keeps 95% at
+every look at once.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping
 
+import numpy as np
+
 LEVEL = 0.95
+SIMULATED_SEQUENCES = 200_000
+_CHUNK = 20_000
+_SEED = 20_240_817  # fixed: the boundary is a constant of (first, last, level), not a draw per call
 
 
 @lru_cache(maxsize=None)
@@ -27,6 +39,77 @@ def t_quantile(df: int, level: float = LEVEL) -> float:
     from scipy.special import stdtrit
 
     return float(stdtrit(df, 0.5 + level / 2))
+
+
+@lru_cache(maxsize=None)
+def sequential_level(first: int, last: int, level: float = LEVEL) -> float:
+    """The per-look two-sided level c at which t-intervals mean ± t(½ + c/2, n−1)·s/√n, looked
+    at after every paired seed n = first, first+1, ..., last, all cover the true mean with
+    probability `level` (a calibrated group-sequential boundary, the same c at every look).
+
+    (3, 3) is a fixed design and gives `level` itself; (3, 12) gives about 0.9894 for 0.95.
+    The t-statistic does not change when the differences are shifted or scaled, so the joint
+    law of (T_first, ..., T_last) is the same for every true mean and spread of normal
+    per-seed differences: c is computed once, by Monte Carlo over SIMULATED_SEQUENCES
+    standard normal sequences drawn from a fixed seed, as the c whose intervals cover 0 at
+    every look in exactly `level` of them. Monte Carlo error: the simultaneous coverage of
+    the boundary is `level` ± 0.001 (two standard errors, √(0.95·0.05/200,000) = 0.0005).
+    Misses at two looks on opposite sides are rarer than 1 in 100,000 (3..12, 3..20), so each
+    side of the interval misses with half the rest: 2.5% each. About 0.3 s and 16 MB per 10
+    looks; cached per (first, last, level).
+    """
+    if not 2 <= first <= last:
+        raise ValueError(f"looks ({first}, {last}): need 2 <= first <= last (an interval needs 2 seeds)")
+    if first == last:
+        return level
+    from scipy.special import stdtrit
+
+    n = np.arange(first, last + 1)[:, None]
+    abs_t = []
+    for chunk in range(SIMULATED_SEQUENCES // _CHUNK):
+        # One generator per chunk, seeds drawn look after look: the first k looks see the
+        # same numbers whatever `last` is, so c grows with `last` exactly, not only on average.
+        x = np.random.default_rng([_SEED, chunk]).standard_normal((last, _CHUNK))
+        total = np.cumsum(x, axis=0)[first - 1:]
+        squares = np.cumsum(x * x, axis=0)[first - 1:]
+        mean = total / n
+        var = (squares - n * mean * mean) / (n - 1)
+        abs_t.append(np.abs(mean) * np.sqrt(n / var))
+    abs_t = np.concatenate(abs_t, axis=1)
+
+    def coverage(c: float) -> float:
+        return float((abs_t <= stdtrit(n - 1, 0.5 + c / 2)).all(axis=0).mean())
+
+    low, high = level, 1.0  # coverage grows with c: bisect to well below one sequence's weight
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (mid, high) if coverage(mid) < level else (low, mid)
+    return high
+
+
+@dataclass(frozen=True)
+class Interval:
+    """mean ± half over n values; half is NaN when n < 2, mean too when n = 0. `level` is the
+    per-look level the half-width was taken at (LEVEL for a fixed design)."""
+    mean: float
+    half: float
+    n: int
+    level: float = LEVEL
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half
+
+    @property
+    def spread(self) -> float:
+        """The sample standard deviation the half-width came from (NaN when n < 2)."""
+        if self.n < 2:
+            return math.nan
+        return self.half * math.sqrt(self.n) / t_quantile(self.n - 1, self.level)
 
 
 def mean_ci(values: Iterable[float], level: float = LEVEL) -> tuple[float, float, int]:
@@ -42,13 +125,32 @@ def mean_ci(values: Iterable[float], level: float = LEVEL) -> tuple[float, float
     return mean, t_quantile(n - 1, level) * sd / math.sqrt(n), n
 
 
-def paired_delta(a: Mapping[object, float], b: Mapping[object, float],
-                 level: float = LEVEL) -> tuple[float, float, int]:
-    """(mean of a[s] − b[s], CI half-width, n paired seeds) over the seeds present, finite, in both."""
+def paired_interval(a: Mapping[object, float], b: Mapping[object, float],
+                    looks: tuple[int, int] | None = None, level: float = LEVEL) -> Interval:
+    """The interval of a[s] − b[s] over the seeds present, finite, in both. looks None: a fixed
+    design, the plain t-interval at `level`. looks (first, last): the seeds were added one at a
+    time and may have stopped at any n in first..last, so the interval is taken at
+    sequential_level; n outside the declared looks widens them to include n."""
     diffs = []
     for seed, va in a.items():
         vb = b.get(seed)
         if va is None or vb is None or math.isnan(float(va)) or math.isnan(float(vb)):
             continue
         diffs.append(float(va) - float(vb))
-    return mean_ci(diffs, level)
+    per_look = look_level(looks, len(diffs), level)
+    return Interval(*mean_ci(diffs, per_look), per_look)
+
+
+def look_level(looks: tuple[int, int] | None, n: int, level: float = LEVEL) -> float:
+    """The per-look level of an interval over n values gathered under `looks` (None: fixed)."""
+    if looks is None or n < 2:
+        return level
+    first, last = looks
+    return sequential_level(max(2, min(first, n)), max(last, n), level)
+
+
+def paired_delta(a: Mapping[object, float], b: Mapping[object, float],
+                 level: float = LEVEL) -> tuple[float, float, int]:
+    """(mean of a[s] − b[s], CI half-width, n paired seeds): paired_interval of a fixed design."""
+    found = paired_interval(a, b, level=level)
+    return found.mean, found.half, found.n

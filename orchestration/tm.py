@@ -17,8 +17,9 @@ Compute basis. Wall-clock time on a shared machine measures the neighbours as mu
 configuration, so a second score, tm_relative_score_compute, puts counted work in the time
 factor: the trial's cumulative estimated training FLOPs (train()'s per-epoch train_flops),
 projected to the full budget the same way (metric tm_flops). It is the same on any machine,
-loaded or not. A sweep's `tracking.tm_score` picks which one the leaderboard sorts by and the
-Pareto plot uses.
+loaded or not. A sweep's `tracking.tm_score` picks the leaderboard's headline (compute by
+default: a rerun reproduces it; wall beside it), the one `--sort tm` sorts by and the Pareto
+plot's cost axis.
 
 Pairing. With several seeds a trial is compared with the baseline run under the same seed
 (the noise of the seed cancels); if that baseline failed, with the mean of the baselines

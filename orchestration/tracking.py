@@ -35,6 +35,7 @@ import yaml
 
 from orchestration import mlflow_extras
 from orchestration.errors import TrackingUnavailable
+from orchestration.labels import STANDS_FOR
 from orchestration.paths import sqlite_path
 from orchestration.tm import mean_reference, time_basis, trial_tm
 
@@ -141,6 +142,14 @@ def epoch_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+# Figures of the last epoch (cumulative or fixed), as train() returns them.
+LAST_EPOCH_FIGURES = ("train_time_s", "model_size_mb", "params_total", "params_trainable", "train_flops")
+# Every finished trial's run metrics besides its tasks' scores (final_figures, then finish()):
+# what a claim's metric may name.
+RUN_FIGURES = ("overall", "overall_cs224n", "best_epoch", "epochs_run", "peak_memory_mb", *LAST_EPOCH_FIGURES,
+               "tm_time_s", "tm_flops", "tm_relative_score", "tm_relative_score_compute")
+
+
 def final_figures(history: dict[int, dict[str, float]], metric_names: list[str]) -> dict[str, float]:
     """Best-epoch task scores and measurements, the same figures train() returns, computed
     from the reported epochs so that stopped trials (which never return) get them too."""
@@ -155,7 +164,7 @@ def final_figures(history: dict[int, dict[str, float]], metric_names: list[str])
     final = {k: history[best][k] for k in (*metric_names, "overall", "overall_cs224n") if k in history[best]}
     final.update(best_epoch=best, epochs_run=epochs[-1],
                  peak_memory_mb=max(h.get("peak_memory_mb", 0.0) for h in history.values()))
-    for key in ("train_time_s", "model_size_mb", "params_total", "params_trainable", "train_flops"):
+    for key in LAST_EPOCH_FIGURES:
         if key in last:
             final[key] = last[key]
     return final
@@ -437,6 +446,9 @@ class SweepTracking:
         for name, text in files.items():
             self._put({"do": "text", "ref": PARENT, "text": text, "name": name})
 
+    def tag_parent(self, tags: dict[str, str]) -> None:
+        self._put({"do": "log", "ref": PARENT, "tags": sorted(tags.items())})
+
     def reopen_parent(self) -> None:
         self._put({"do": "status", "ref": PARENT, "status": "RUNNING"})
 
@@ -470,6 +482,8 @@ class SweepTracking:
                 "seed": str(trial_config["seed"])}
         if self.commit:
             tags["git_commit"] = self.commit
+        if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points
+            tags[STANDS_FOR] = ",".join(trial_config[STANDS_FOR])
         params = [[k, str(v)[:6000]] for k, v in sorted(flatten(trial_config["config"]).items())]
         # `mtbert train --config config.yaml` re-runs this trial exactly.
         config = yaml.safe_dump(trial_config["config"], sort_keys=False)
@@ -533,8 +547,6 @@ class SweepTracking:
         and the run's end state: four queued writes, whatever the sweep's size.
         `interrupted` (why) marks a trial the user, a signal or an outage stopped: KILLED,
         resumable, never FINISHED."""
-        from mtbert.tasks import get_task
-
         live, key = self.live, trial_config["key"]
         t = live.trial(key, trial_config["seed"], trial_config["role"])
         live.started.pop(key, None)
@@ -546,12 +558,7 @@ class SweepTracking:
         metrics: list[list] = []
         now = int(time.time() * SECONDS)
         if history:
-            names = [get_task(n).metric_name for n in config.get("tasks", [])]
-            final = final_figures(history, names)
-            tm_time, basis = time_basis(final.get("train_time_s", math.nan), int(final["epochs_run"]), budget)
-            final["tm_time_s"] = tm_time
-            if "train_flops" in final:
-                final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget)[0]
+            final, basis = trial_figures(history, config)
             tags["tm_time_basis"] = basis
             tags["stopped_early"] = str(status == "FINISHED" and final["epochs_run"] < budget).lower()
             metrics = [[k, float(v), now, 0] for k, v in final.items()]
@@ -671,6 +678,20 @@ class SweepTracking:
             updated += 1
         self.flush()
         return updated
+
+
+def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any]) -> tuple[dict[str, float], str]:
+    """A trial's run metrics from its reported epochs (final_figures plus the time and FLOPs
+    its TM-relative scores are charged), and the time basis: what finish() logs, and what an
+    adaptive sweep decides its claims on (searcher.py)."""
+    from mtbert.tasks import get_task
+
+    budget = int(config.get("train", {}).get("epochs", 0)) if "train" in config else 0
+    final = final_figures(history, [get_task(n).metric_name for n in config.get("tasks", [])])
+    final["tm_time_s"], basis = time_basis(final.get("train_time_s", math.nan), int(final["epochs_run"]), budget)
+    if "train_flops" in final:
+        final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget)[0]
+    return final, basis
 
 
 def tm_scores(trial: dict[str, float], reference: dict[str, float], ref_name: str) -> dict[str, Any]:

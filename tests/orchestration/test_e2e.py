@@ -118,7 +118,12 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
         text = capsys.readouterr().out
         assert marker in text and baseline in text, text
         assert text.count("\n") >= 5
+        if fmt == "md":  # the counted-compute score first; the importance the sweep's end computed below
+            assert "| TM-rel. (compute) | TM-rel. (wall) |" in text, text
+            assert "**Importance of the swept dimensions**" in text and "| sharing.head_regime |" in text, text
     assert (tmp_path / "runs" / "smoke-pareto.png").is_file()
+    assert (tmp_path / "runs" / "smoke-importance.png").is_file()
+    assert {"importance.csv", "importance.png"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     print(f"smoke sweep wall time: {wall:.1f}s")
 
 

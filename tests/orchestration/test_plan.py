@@ -123,3 +123,18 @@ def test_optuna_multi_objective_and_restore(sweep_file, tmp_path):
     restored.restore(str(tmp_path / "state.pkl"))
     assert restored.suggest("t3")["key"] == "o002-s0"  # the plan continues where it stopped
     assert [c["key"] for c in first] == ["baseline-s0", "o000-s0", "o001-s0"]
+
+
+def test_a_point_identical_to_the_baseline_is_the_baselines_run(sweep_file):
+    planner = plan(sweep_file, space={"sharing.head_regime": ["S-I-I", "I-I-I"],
+                                      "optim.lr": {"type": "grid", "values": [1e-3, 2e-3]}},
+                   seeds=[0, 1], baseline={"sharing.head_regime": "I-I-I", "optim.lr": 1e-3})
+    trials = planner.fixed_trials()
+    # p002 (I-I-I, 1e-3) is the baseline under both seeds: planned once, as the baseline.
+    assert [t["variant"] for t in trials] == ["baseline"] * 2 + ["p000"] * 2 + ["p001"] * 2 + ["p003"] * 2
+    assert [t.get("stands_for") for t in trials[:2]] == [["p002"], ["p002"]]
+    assert not any("stands_for" in t for t in trials[2:]) and planner.total_trials() == 8
+    # The same values under another baseline override are a trial of their own.
+    other = plan(sweep_file, space={"sharing.head_regime": ["I-I-I"]}, baseline={"sharing.head_regime": "I-I-I",
+                                                                                "optim.lr": 5e-4})
+    assert [t["key"] for t in other.fixed_trials()] == ["baseline-s0", "p000-s0"]

@@ -1,13 +1,19 @@
 """The compute-based TM-relative score is a property of the configuration, not of the
 machine's load: the same trial, trained once quietly and once beside a CPU-burning process,
-scores the same tm_relative_score_compute (its wall-clock score may differ)."""
+scores the same tm_relative_score_compute (its wall-clock score may differ). So it is the
+leaderboard's headline by default, and a row whose runs' wall-clock times disagree is marked."""
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pandas as pd
+import pytest
+
 from mtbert.config import build_config, merge
 from mtbert.train.loop import train
+from orchestration.leaderboard import build_table, cost_axis, render, sort_table, tm_column
+from orchestration.spec import load_sweep
 from orchestration.tm import time_basis, trial_tm
 
 from .conftest import TINY_BASE, stop_pids
@@ -45,3 +51,59 @@ def test_compute_tm_score_is_the_same_under_load(tmp_path, monkeypatch):
     wall = [trial_tm(f, baseline) for f in (quiet, loaded)]
     print(f"tm_relative_score_compute {compute[0]:.6f} (both); tm_relative_score {wall[0]:.4f} quiet, "
           f"{wall[1]:.4f} loaded")
+
+
+# --------------------------------------------------------------------------- the leaderboard's headline
+
+def _runs(rows: list[tuple[str, str, int, float, float]], compute: bool = True) -> pd.DataFrame:
+    """mlflow.search_runs-shaped frame: (variant, role, seed, wall-clock TM score, train time);
+    the compute score is the same for a configuration's runs, as counted FLOPs are."""
+    return pd.DataFrame([{"status": "FINISHED", "tags.variant": v, "tags.role": role, "tags.seed": str(seed),
+                          "params.sharing.head_regime": "I-I-I" if role == "baseline" else "S-I-I",
+                          "metrics.overall": 0.6, "metrics.tm_relative_score": wall, "metrics.train_time_s": time,
+                          "metrics.tm_time_s": time, "metrics.model_size_mb": 2.0,
+                          **({"metrics.tm_relative_score_compute": COMPUTE[v], "metrics.tm_flops": 4e12}
+                             if compute else {})}
+                         for v, role, seed, wall, time in rows])
+
+
+# The same configuration and seed, trained twice, once on a loaded machine: 1.000 and 0.609.
+LOADED = [("baseline", "baseline", 0, 1.0, 10.0), ("baseline", "baseline", 1, 1.0, 10.5),
+          ("p000", "search", 0, 1.000, 10.0), ("p000", "search", 0, 0.609, 16.4),
+          ("p001", "search", 0, 1.1, 10.0), ("p001", "search", 1, 1.0, 11.0)]
+COMPUTE = {"baseline": 1.0, "p000": 1.3, "p001": 1.2}  # p001 is the better one by the wall clock only
+TAGS = {"tasks": "sst,para,sts", "task_metrics": "", "space_keys": "sharing.head_regime"}
+
+
+def test_a_sweep_headlines_the_compute_score_by_default(sweep_file):
+    assert load_sweep(sweep_file()).spec.tracking.tm_score == "compute"
+    table = sort_table(build_table(_runs(LOADED), {**TAGS, "tm_score": "compute"}), "tm")
+    assert list(table["variant"]) == ["baseline", "p000", "p001"]  # --sort tm: the compute score
+    header = render(table, "md").splitlines()[0]
+    assert header.endswith("| Peak mem. (MB) | TM-rel. (compute) | TM-rel. (wall) | n |")
+    assert cost_axis(table) == "tm_flops"
+    wall = sort_table(build_table(_runs(LOADED), {**TAGS, "tm_score": "wall"}), "tm")
+    assert list(wall["variant"]) == ["baseline", "p001", "p000"]
+    assert render(wall, "md").splitlines()[0].endswith("| TM-rel. (wall) | TM-rel. (compute) | n |")
+    assert cost_axis(wall) == "tm_time_s"
+
+
+def test_a_store_from_before_the_tag_shows_what_its_runs_logged():
+    assert tm_column(build_table(_runs(LOADED), TAGS)) == "tm_relative_score_compute"
+    old = build_table(_runs(LOADED, compute=False), TAGS)
+    assert tm_column(old) == "tm_relative_score"
+    assert render(old, "md").splitlines()[0].endswith("| Peak mem. (MB) | TM-rel. (wall) | n |")
+
+
+def test_wall_clock_times_more_than_20_percent_apart_are_marked():
+    table = sort_table(build_table(_runs(LOADED), {**TAGS, "tm_score": "compute"}))
+    spread = dict(zip(table["variant"], table["wall_time_spread"]))
+    assert spread["p000"] == pytest.approx(0.64) and spread["p001"] == pytest.approx(0.10)
+    for fmt, mark in (("md", "§"), ("html", "§"), ("latex", r"\S{}")):
+        text = render(table, fmt)
+        marked = [line for line in text.splitlines() if "S-I-I k=all" in line and mark in line]
+        assert len(marked) == 1 and "1.300" in marked[0], (fmt, text)  # p000 (compute 1.3): wall 1.000, 0.609
+    assert "§ the configuration's runs took train times more than 20% apart" in render(table, "md")
+    calm = build_table(_runs([r for r in LOADED if r[3] != 0.609]), {**TAGS, "tm_score": "compute"})
+    assert "§" not in render(calm, "md")  # no marked row: no legend entry either
+    assert "wall_time_spread" in render(table, "csv").splitlines()[0]

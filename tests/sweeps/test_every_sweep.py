@@ -127,11 +127,24 @@ def test_smoke_run_finishes_every_trial(path, sweep_env, monkeypatch):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED", log
     children = client.search_runs([experiment.experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}'", max_results=1000)
-    assert len(children) == expected, log
+    if planned.adaptive is None:
+        assert len(children) == expected, log
+    else:  # `expected` is the most it may run; the first round always runs
+        assert len(Planner(planned).fixed_trials()) <= len(children) <= expected, log
     assert [r.info.run_name for r in children if r.info.status != "FINISHED"] == [], log
     for run in children:
         m = run.data.metrics
         assert math.isfinite(m["overall"]) and math.isfinite(m["tm_relative_score"]), run.info.run_name
     baselines = [r for r in children if r.data.tags["role"] == "baseline"]
-    assert len(baselines) == len(planned.seeds)
+    if planned.adaptive is None:
+        assert len(baselines) == len(planned.seeds)
+    else:
+        seeds = sorted(int(r.data.tags["seed"]) for r in baselines)
+        assert seeds == list(range(len(seeds))) and planned.adaptive.start <= len(seeds) <= planned.adaptive.max
     assert all(r.data.metrics["tm_relative_score"] == 1.0 for r in baselines)
+    # Each claim the smoke plan keeps is judged on the sweep's runs: a console line, the table on the parent.
+    judged = [line for line in lines if line.startswith("claim ")]
+    assert len(judged) == len(planned.claims), log
+    assert all(line.startswith(f"claim {c.name}: ") for line, c in zip(judged, planned.claims)), log
+    if planned.claims:
+        assert {"claims.json", "findings.md"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id)}

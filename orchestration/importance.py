@@ -1,0 +1,469 @@
+"""Which swept dimensions matter: for each figure of a sweep (the task scores, overall and the
+headline TM-relative score), how much of its spread across configurations each `space:` key
+explains, with an interval from resampling seeds.
+
+    mtbert importance --experiment smoke                      # the table; the bar chart beside it
+
+Method. One point per configuration: its figures averaged over its seeds. An in-memory Optuna
+study holds one trial per configuration, its params the configuration's values of the swept
+keys: a grid or choice is categorical (a string, boolean, list or weighting by its label), a
+range is a number (int for randint, float on a log scale for loguniform); a key that took one
+value is left out. Optuna's fANOVA evaluator gives each key's share of the figure's variance
+that the key explains on its own (main effects, normalised to sum to 1 over the keys).
+
+Why fANOVA, not PED-ANOVA: fANOVA fits a random forest to every configuration and decomposes
+its prediction's variance, so a sweep of 5-50 configurations uses all of them, whichever way
+the figure is better. PED-ANOVA compares the configurations above a quantile (the top 10%)
+with all of them: one or two configurations at this size (its authors want at least 5 above
+the quantile), so whichever pair happened to win would decide the importances.
+
+Interval. RESAMPLES times (a fixed RNG seed): each configuration's seeds drawn with
+replacement, its means recomputed, the importances recomputed; the 2.5 and 97.5 percentiles
+are the 95% interval. With one seed per configuration there is nothing to resample: no interval.
+
+The configurations: the searched ones, and the baseline where it stands for a searched point
+(plan.py: the same config at the same seed, trained once). Any other baseline, and the frozen
+reference, differ from the space outside its keys, which would read as an effect of the keys.
+
+Stored on the parent run (importance.csv, importance.png) by the end of a sweep and by `mtbert
+importance`; `mtbert leaderboard` shows the stored table when it was computed from the
+finished runs it reads, and otherwise says how to compute it (a leaderboard stays seconds).
+"""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from orchestration.errors import SweepError
+from orchestration.labels import STANDS_FOR, parse_param
+
+RESAMPLES = 100
+RNG_SEED = 0
+# Not Optuna's 64: a forest per figure and resample is the whole cost (16 trees: about 0.05 s at
+# a dozen configurations), and the resamples' spread takes in the forest's own noise.
+N_TREES = 16
+LEVEL = 0.95
+MIN_CONFIGURATIONS = 3
+AT_END_MAX_CONFIGURATIONS = 200  # above: the end of a sweep leaves it to `mtbert importance`
+CSV = "importance.csv"
+PNG = "importance.png"
+SPACE_DOC = "search_space.json"  # the parent's artifact that describes each dimension (launch.py)
+NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+COLUMNS = ["figure", "dimension", "importance", "low", "high", "configurations", "runs", "resamples"]
+
+
+# --------------------------------------------------------------------------- the points
+
+def figures(parent_tags: dict[str, str], tm: str) -> list[str]:
+    """The figures assessed: the sweep's task scores, overall and its headline TM score."""
+    from orchestration.leaderboard import _task_metrics
+
+    return [*_task_metrics(parent_tags), "overall", tm]
+
+
+def importance_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(params, metrics, tags) of the child runs the importance reads (leaderboard.child_runs)."""
+    keys = _space_keys(parent_tags)
+    params = [*keys, *(["loss.weights."] if "loss.weights" in keys else [])]
+    metrics = [*figures(parent_tags, "tm_relative_score"), "tm_relative_score_compute"]
+    return params, metrics, ["variant", "role", "seed", STANDS_FOR]
+
+
+def _space_keys(parent_tags: dict[str, str]) -> list[str]:
+    return [k for k in parent_tags.get("space_keys", "").split(",") if k]
+
+
+def eligible(role: pd.Series, stands_for: pd.Series) -> pd.Series:
+    """The rows (runs or configurations) that are points of the space."""
+    return (role == "search") | ((role == "baseline") & (stands_for.astype(object).fillna("") != ""))
+
+
+@dataclass
+class Dim:
+    """A swept key as Optuna sees it: categorical (choices) or a number range."""
+    name: str
+    kind: str  # categorical | int | float
+    choices: list[str] = field(default_factory=list)
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+
+    def distribution(self):
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        if self.kind == "categorical":
+            return CategoricalDistribution(self.choices)
+        if self.kind == "int":
+            return IntDistribution(int(self.low), int(self.high))
+        return FloatDistribution(self.low, self.high, log=self.log)
+
+
+@dataclass
+class Points:
+    """The configurations (index: variant) with their encoded values of each Dim, and the
+    finished runs (variant, one column per figure) whose seed means are the values assessed."""
+    values: pd.DataFrame
+    dims: list[Dim]
+    runs: pd.DataFrame
+    figures: list[str]
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+
+def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tuple[Dim, list[Any]]]:
+    """A swept key's per-configuration values as Dims (several for a continuous simplex), each
+    with its encoded values; none when the key took a single value. `spec` is the dimension
+    as the sweep described it (search_space.json); without it, numbers are linear ranges."""
+    kind = (spec or {}).get("type")
+    if all(isinstance(v, dict) for v in values) and kind in ("simplex", None):
+        labels = [_label(v) for v in values]
+        continuous = (spec.get("distribution") is not None if spec else len(set(labels)) == len(labels))
+        if continuous:
+            # Dirichlet draws make every weighting unique: a category per configuration would
+            # only name the configuration, so each task's weight is a number of its own.
+            tasks = list(dict.fromkeys(t for v in values for t in v))
+            return [(Dim(f"{key}[{t}]", "float", low=min(w), high=max(w)), w)
+                    for t in tasks if len(set(w := [float(v.get(t, 0.0)) for v in values])) > 1]
+        values = labels
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if numbers and kind not in ("grid", "choice", "simplex"):
+        if len(set(values)) < 2:
+            return []
+        if all(isinstance(v, int) for v in values):
+            return [(Dim(key, "int", low=min(values), high=max(values)), [int(v) for v in values])]
+        log = kind == "loguniform" and min(values) > 0
+        return [(Dim(key, "float", low=float(min(values)), high=float(max(values)), log=log),
+                 [float(v) for v in values])]
+    labels = [_label(v) for v in values]
+    choices = list(dict.fromkeys(labels))
+    return [(Dim(key, "categorical", choices=choices), labels)] if len(choices) > 1 else []
+
+
+def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
+           space: dict[str, dict] | None = None) -> Points:
+    """The sweep's configurations from its child runs (leaderboard.child_runs' frame)."""
+    from orchestration.leaderboard import _weights
+
+    keys = _space_keys(parent_tags)
+    col = lambda name: runs[name] if name in runs.columns else pd.Series(None, index=runs.index)  # noqa: E731
+    keep = (col("status") == "FINISHED") & eligible(col("tags.role"), col(f"tags.{STANDS_FOR}"))
+    done = runs[keep]
+    names = figures(parent_tags, tm)
+    frame = pd.DataFrame({"variant": col("tags.variant")[keep].values})
+    for name in names:
+        frame[name] = pd.to_numeric(col(f"metrics.{name}")[keep], errors="coerce").values
+    params_cols = [c for c in done.columns if c.startswith("params.")]
+    first = done.assign(_variant=frame["variant"].values).drop_duplicates("_variant")
+    raw: dict[str, list[Any]] = {k: [] for k in keys}
+    for row in first[params_cols].itertuples(index=False, name=None):
+        params = {c[len("params."):]: v for c, v in zip(params_cols, row) if isinstance(v, str)}
+        for key in keys:
+            raw[key].append(_weights(params) if key == "loss.weights" else parse_param(params.get(key)))
+    values = pd.DataFrame(index=pd.Index(first["_variant"].values, name="variant"))
+    dims: list[Dim] = []
+    for key in keys:
+        for dim, encoded in _encode(key, raw[key], (space or {}).get(key)):
+            dims.append(dim)
+            values[dim.name] = encoded
+    return Points(values, dims, frame, names)
+
+
+def space_doc(uri: str, parent) -> dict[str, dict] | None:
+    """The parent run's description of each dimension (search_space.json), None without one."""
+    text = _parent_artifact(uri, parent, SPACE_DOC)
+    return json.loads(text).get("dimensions") if text else None
+
+
+def _parent_artifact(uri: str, parent, name: str) -> str | None:
+    """A small text artifact of the parent run: read in place when local (no MLflow), else
+    downloaded; None when the run has none."""
+    from orchestration.leaderboard import _client, _local_artifact_dir
+
+    folder = _local_artifact_dir(getattr(parent.info, "artifact_uri", None))
+    if folder is not None:
+        path = folder / name
+        return path.read_text() if path.is_file() else None
+    import os
+    import tempfile
+
+    bar = os.environ.get(NO_BAR)
+    os.environ[NO_BAR] = "false"  # MLflow draws a download bar per file on stderr
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return Path(_client(uri).download_artifacts(parent.info.run_id, name, tmp)).read_text()
+    except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing artifact
+        return None
+    finally:
+        if bar is None:
+            os.environ.pop(NO_BAR, None)
+        else:
+            os.environ[NO_BAR] = bar
+
+
+# --------------------------------------------------------------------------- the estimate
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Optuna announces every study it creates; a report of many in-memory studies is not news."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, float]:
+    """Normalised fANOVA importances of `dims` for the configurations' values y (NaN: left
+    out); {} with fewer than MIN_CONFIGURATIONS points or no dimension that varies among them."""
+    import optuna
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    finite = np.isfinite(y)
+    if finite.sum() < MIN_CONFIGURATIONS or np.ptp(y[finite]) == 0:  # nothing to explain
+        return {}
+    rows = values[finite]
+    used = [d for d in dims if rows[d.name].nunique() > 1]
+    if not used:
+        return {}
+    distributions = {d.name: d.distribution() for d in used}
+    study = optuna.create_study()
+    study.add_trials([optuna.trial.create_trial(params=dict(zip(distributions, row)), distributions=distributions,
+                                                value=float(v))
+                      for row, v in zip(rows[list(distributions)].itertuples(index=False, name=None), y[finite])])
+    try:
+        found = get_param_importances(study, evaluator=FanovaImportanceEvaluator(n_trees=N_TREES, seed=RNG_SEED))
+    except RuntimeError:  # every tree's bootstrap drew equal values: no variance to share out
+        return {}
+    return {name: float(v) for name, v in found.items()}
+
+
+def check_resamples(resamples: int) -> None:
+    if resamples < 0:
+        raise SweepError(f"--resamples {resamples}: must be >= 0 (0: the estimate without an interval)")
+
+
+def compute(p: Points, resamples: int = RESAMPLES, rng_seed: int = RNG_SEED) -> pd.DataFrame:
+    """COLUMNS, one row per (figure, dimension): the importance of the seed means and its
+    percentile interval over `resamples` seed resamples (NaN with one seed per configuration)."""
+    check_resamples(resamples)
+    if p.values.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    order = list(p.values.index)
+    y = p.runs[p.figures].to_numpy(dtype=float)
+    where = {v: i for i, v in enumerate(order)}
+    groups = [[] for _ in order]
+    for i, variant in enumerate(p.runs["variant"]):
+        groups[where[variant]].append(i)
+    groups = [np.asarray(g) for g in groups]
+
+    def means(picks: list[np.ndarray]) -> np.ndarray:
+        with warnings.catch_warnings():  # a configuration whose drawn seeds lack a figure: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.vstack([np.nanmean(y[g], axis=0) for g in picks])
+
+    resampled = resamples if any(len(g) > 1 for g in groups) else 0
+    rng = np.random.default_rng(rng_seed)
+    with _quiet_optuna():
+        point = means(groups)
+        estimate = [_fanova(p.values, p.dims, point[:, j]) for j in range(len(p.figures))]
+        draws: list[list[dict[str, float]]] = [[] for _ in p.figures]
+        for _ in range(resampled):
+            m = means([g[rng.integers(0, len(g), len(g))] for g in groups])
+            for j in range(len(p.figures)):
+                draws[j].append(_fanova(p.values, p.dims, m[:, j]))
+    rows = []
+    tail = (1 - LEVEL) / 2 * 100
+    for j, figure in enumerate(p.figures):
+        n = int(np.isfinite(point[:, j]).sum())
+        # A figure that does not vary (or too few configurations have) is listed, not assessed: NaN.
+        for name, value in (estimate[j] or {d.name: math.nan for d in p.dims}).items():
+            low = high = math.nan
+            if resampled and not math.isnan(value):
+                sample = np.array([d.get(name, math.nan) for d in draws[j]], dtype=float)
+                if np.isfinite(sample).any():
+                    low, high = (float(x) for x in np.nanpercentile(sample, [tail, 100 - tail]))
+            rows.append([figure, name, value, low, high, n, len(p.runs), resampled])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- stored on the parent
+
+def eligible_runs(table: pd.DataFrame) -> tuple[int, int]:
+    """(configurations, finished runs) of a leaderboard table that importance would assess."""
+    if table.empty:
+        return 0, 0
+    rows = table[(table["status"] == "finished")
+                 & eligible(table["role"], table.get(STANDS_FOR, pd.Series("", index=table.index)))]
+    return len(rows), int(rows["n"].sum())
+
+
+def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, str]:
+    """(the parent's importance table, "") when it was computed from the finished runs this
+    leaderboard table holds; else (None, why not: "" when there is nothing to assess)."""
+    configurations, runs = eligible_runs(table)
+    if configurations < MIN_CONFIGURATIONS or not _space_keys(parent.data.tags):
+        return None, ""
+    text = _parent_artifact(uri, parent, CSV)
+    if text:
+        import io
+
+        found = pd.read_csv(io.StringIO(text))
+        if list(found.columns) == COLUMNS and (found.empty or int(found["runs"].iloc[0]) == runs):
+            return found, ""
+    return None, f"not computed from these {runs} finished runs yet"
+
+
+def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
+    """importance.csv and importance.png on the sweep's parent run, from the final figures: at the
+    end of a sweep, so its leaderboard (leaderboard.md, `mtbert leaderboard`) shows them."""
+    import tempfile
+
+    from orchestration.leaderboard import _union, child_runs, headline_tm, table_keys
+
+    parent = tracking.client.get_run(tracking.parent_run_id)
+    tags = parent.data.tags
+    runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id,
+                      *_union(table_keys(tags), importance_keys(tags)))
+    p = points(runs, tags, headline_tm(tags, runs), space_doc(tracking.uri, parent))
+    if len(p.values) < MIN_CONFIGURATIONS or not p.dims:
+        return False
+    if len(p.values) > AT_END_MAX_CONFIGURATIONS:
+        log(f"importance of the swept dimensions: {len(p.values)} configurations, more than the end of a "
+            f"sweep fits ({AT_END_MAX_CONFIGURATIONS}); `mtbert importance` computes it")
+        return False
+    found = compute(p)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / CSV).write_text(found.to_csv(index=False))
+        plot_importance(found, Path(tmp) / PNG, title=parent.info.run_name)
+        for name in (CSV, PNG):
+            tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
+    return True
+
+
+# --------------------------------------------------------------------------- rendering
+
+def figure_label(figure: str) -> str:
+    from orchestration.leaderboard import TASK_LABELS
+
+    return {**TASK_LABELS, "overall": "Overall", "tm_relative_score": "TM-rel. (wall)",
+            "tm_relative_score_compute": "TM-rel. (compute)"}.get(figure, figure)
+
+
+def _cell(value: float, low: float, high: float) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    if math.isnan(low) or math.isnan(high):
+        return f"{value:.2f}"
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def display_rows(found: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Dimension x figure, the dimensions by their mean importance over the figures."""
+    order = list(dict.fromkeys(found["figure"]))
+    dims = found.groupby("dimension", sort=False)["importance"].mean().sort_values(ascending=False).index
+    cells = {(r.figure, r.dimension): _cell(r.importance, r.low, r.high) for r in found.itertuples()}
+    headers = ["Dimension", *map(figure_label, order)]
+    return headers, [[d, *(cells.get((f, d), "–") for f in order)] for d in dims]
+
+
+def caption(found: pd.DataFrame) -> str:
+    first = found.iloc[0]
+    resampled = int(first["resamples"])
+    interval = (f"in brackets its {LEVEL:.0%} interval: the 2.5-97.5 percentiles over {resampled} resamples of each "
+                "configuration's seeds (with replacement)" if resampled else
+                "one seed per configuration: no seeds to resample, so no interval")
+    return (f"Importance: the share of a figure's variance across {int(first['configurations'])} configurations "
+            f"(seed means of {int(first['runs'])} runs) that a swept key explains on its own (Optuna's fANOVA, "
+            f"{N_TREES} trees; main effects, summing to 1 over the keys); {interval}. – : not assessed.")
+
+
+def render(found: pd.DataFrame, fmt: str) -> str:
+    from orchestration.leaderboard import FORMATS, _html, _latex, _markdown
+
+    if fmt not in FORMATS:
+        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        return found.to_csv(index=False)
+    if found.empty:
+        return ""
+    headers, rows = display_rows(found)
+    if fmt == "html":
+        return _html(headers, rows, caption(found), css="mtbert-importance")
+    return {"md": _markdown, "latex": _latex}[fmt](headers, rows, caption(found), left=1)
+
+
+def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """A bar per dimension, one panel per figure, the interval as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    order = list(dict.fromkeys(found["figure"])) or [""]
+    dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values().index)
+    fig, axes = plt.subplots(1, len(order), figsize=(2.6 * len(order) + 1.6, 0.45 * len(dims) + 1.6),
+                             dpi=120, sharey=True, squeeze=False)
+    for ax, figure in zip(axes[0], order):
+        part = found[found["figure"] == figure].set_index("dimension").reindex(dims)
+        ax.barh(range(len(dims)), part["importance"].fillna(0.0), color="tab:blue", alpha=0.8)
+        # The interval where it lies: a percentile interval need not straddle the estimate.
+        low, high = part["low"].to_numpy(), part["high"].to_numpy()
+        ax.errorbar((low + high) / 2, range(len(dims)), xerr=(high - low) / 2, fmt="none", ecolor="black",
+                    capsize=3)
+        ax.set_yticks(range(len(dims)), dims, fontsize=8)
+        ax.set_xlim(0, 1)
+        ax.set_title(figure_label(figure), fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_ylabel("swept key")
+    fig.supxlabel("share of the figure's variance (fANOVA)", fontsize=9)
+    fig.suptitle(title or "importance of the swept dimensions", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
+               resamples: int | None = None, plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
+    """(rendered table, the table, the parent run) of `mtbert importance`: computed from the
+    sweep's finished runs, stored on its parent run (CSV, PNG) and drawn to `plot`."""
+    import shutil
+    import tempfile
+
+    from orchestration.leaderboard import _union, child_runs, find_sweep, headline_tm, log_artifact, table_keys
+
+    experiment_id, parent = find_sweep(uri, experiment, sweep)
+    tags = parent.data.tags
+    runs = child_runs(uri, experiment_id, parent.info.run_id, *_union(table_keys(tags), importance_keys(tags)))
+    p = points(runs, tags, headline_tm(tags, runs), space_doc(uri, parent))
+    name = f"sweep {parent.info.run_name} ({parent.info.run_id})"
+    if len(p.values) < MIN_CONFIGURATIONS:
+        raise SweepError(f"{name}: importance needs at least {MIN_CONFIGURATIONS} finished searched "
+                         f"configurations; it has {len(p.values)}")
+    if not p.dims:
+        raise SweepError(f"{name}: no swept key ({', '.join(_space_keys(tags)) or 'none'}) took more than one value")
+    found = compute(p, RESAMPLES if resamples is None else resamples)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / CSV).write_text(found.to_csv(index=False))
+        png = plot_importance(found, Path(tmp) / PNG, title=parent.info.run_name)
+        for file in (Path(tmp) / CSV, png):
+            log_artifact(uri, parent, file)
+        if plot is not None:
+            Path(plot).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, plot)
+    return render(found, fmt), found, parent
