@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from orchestration.errors import SweepError
+from orchestration.paths import tool
 
 
 def _exit_code(outcome) -> int:
@@ -87,7 +88,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if found is None:
         if why:
             where = f" --tracking-uri {shlex.quote(args.tracking_uri)}" if args.tracking_uri else ""
-            print(f"importance of the swept dimensions: {why}; `mtbert importance --experiment "
+            print(f"importance of the swept dimensions: {why}; `{tool('mtbert')} importance --experiment "
                   f"{shlex.quote(args.experiment)}{where}` computes it", file=sys.stderr)
     elif args.format == "csv" and args.output:  # a csv file holds one table: the importance goes beside it
         _write(importance.render(found, "csv"), str(_beside(args.output, args.experiment, "importance.csv")),

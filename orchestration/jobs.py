@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator, Sequence, TextIO
 
 from orchestration.errors import SweepError
+from orchestration.paths import tool
 
 ADDRESS_ENV = "RAY_API_SERVER_ADDRESS"  # what `ray job submit` reads too
 # gitignore-style; Ray also honours the working directory's .gitignore.
@@ -217,8 +218,8 @@ def submit(file: str | Path, address: str | None, extra_args: Sequence[str] = ()
         with _translated(url, job_id):
             asyncio.run(_tail(client, job_id, stream))
     except KeyboardInterrupt:
-        print(f"\nstopped following; job {job_id} keeps running: `mtbert sweep status {job_id} "
-              f"--address {url}`, `mtbert sweep stop {job_id} --address {url}`", file=sys.stderr)
+        print(f"\nstopped following; job {job_id} keeps running: `{tool('mtbert')} sweep status {job_id} "
+              f"--address {url}`, `{tool('mtbert')} sweep stop {job_id} --address {url}`", file=sys.stderr)
         raise
     state = _wait_terminal(client, url, job_id)
     if state.status != "SUCCEEDED":

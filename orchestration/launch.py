@@ -19,7 +19,7 @@ import yaml
 
 from orchestration.claims import CLAIMS_FILE, from_doc, to_doc
 from orchestration.errors import SweepError, TrackingUnavailable
-from orchestration.paths import resolve_tracking_uri, runs_dir
+from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.plan import Planner
 from orchestration.spec import Sweep, load_sweep
 from orchestration.tm import __doc__ as TM_DOC
@@ -251,7 +251,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     run_dir = storage_dir / run_name
     if (run_dir / "tuner.pkl").exists():
         raise SweepError(f"{run_dir} already holds a sweep; continue it with "
-                         f"`mtbert sweep resume {run_name}` or pick another --name")
+                         f"`{tool('mtbert')} sweep resume {run_name}` or pick another --name")
     for note in sweep.notes:
         log(note)
     _prepare_data(planner, log)
@@ -426,7 +426,7 @@ def _finished(tracking: SweepTracking) -> int:
 
 
 def _resume_command(run_dir: Path) -> str:
-    return f"mtbert sweep resume {run_dir.name} --storage {run_dir.parent}"
+    return f"{tool('mtbert')} sweep resume {run_dir.name} --storage {run_dir.parent}"
 
 
 def _outage_line(tracking: SweepTracking, run_dir: Path) -> str:
@@ -629,12 +629,12 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     for line in o.verdicts:
         log(line)
     # Quoted: a store under a folder with spaces must paste back as one argument.
-    log(f"table: mtbert leaderboard --experiment {shlex.quote(o.experiment)} "
+    log(f"table: {tool('mtbert')} leaderboard --experiment {shlex.quote(o.experiment)} "
         f"--tracking-uri {shlex.quote(o.tracking_uri)}")
     from orchestration.mlflow_extras import ui_link
 
     if o.tracking_uri.startswith("sqlite:"):
-        log(f"browse: mlflow ui --backend-store-uri {shlex.quote(o.tracking_uri)}   (then open "
+        log(f"browse: {tool('mlflow')} ui --backend-store-uri {shlex.quote(o.tracking_uri)}   (then open "
             f"{ui_link('http://127.0.0.1:5000', o.experiment_id)})")
     else:
         log(f"browse: open {ui_link(o.tracking_uri, o.experiment_id)} in a browser")

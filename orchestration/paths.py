@@ -3,12 +3,28 @@ another node), so a relative data dir or sqlite URI would point somewhere else t
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 RUNS_DIR = "runs"  # Ray Tune storage (one folder per sweep run) under the launch directory
 DEFAULT_DB = "mlflow.db"
+
+
+def tool(name: str) -> str:
+    """How to type this environment's `name` (mtbert, mlflow) so that a command printed for the
+    user runs as printed: the bare name where the shell finds this copy, else its path (relative
+    to the working folder when inside it, e.g. .venv/bin/mtbert after `make demo`)."""
+    here = Path(sys.executable).parent / name
+    found = shutil.which(name)
+    if not here.exists() or (found and Path(found).resolve() == here.resolve()):
+        return name
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def _absolute(value: Any, cwd: Path) -> Any:

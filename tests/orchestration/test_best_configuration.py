@@ -43,3 +43,25 @@ def test_summary_line_names_the_configuration_its_interval_and_its_model():
                                  "n": 3, "seed_overall": 0.62, "tm_relative_score": None})
     _summary(outcome, lines.append)
     assert "best configuration p001: overall 0.6100 ± 0.0248 over 3 seeds (model: its best seed p001-s1, 0.6200)" in lines[0]
+
+
+def test_printed_commands_run_as_printed(tmp_path, monkeypatch):
+    """`make demo` leaves mtbert and mlflow in .venv/bin, not on PATH: the sweep's closing lines
+    name them by a path that runs; with the environment on PATH, by their bare names."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestration.paths import tool
+
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    for name in ("mtbert", "mlflow"):
+        printed = tool(name)
+        assert shutil.which(printed) is None or Path(printed).is_absolute()
+        assert subprocess.run([printed, "--help"], capture_output=True, timeout=120).returncode == 0
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    assert tool("mtbert") == "mtbert"

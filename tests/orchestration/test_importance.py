@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
 from orchestration import importance as imp
+from orchestration.paths import tool
 from orchestration.leaderboard import build_table, child_runs, leaderboard, sort_table, table_keys
 from orchestration.plan import Planner
 from orchestration.spec import load_sweep
@@ -145,7 +146,7 @@ def test_a_new_run_makes_the_stored_importance_stale(tmp_path, capsys):
     assert main(["leaderboard", "--experiment", "stale", "--tracking-uri", uri]) == 0
     out, err = capsys.readouterr()
     assert "Importance" not in out
-    assert (f"importance of the swept dimensions: not computed from these 4 finished runs yet; `mtbert importance "
+    assert (f"importance of the swept dimensions: not computed from these 4 finished runs yet; `{tool('mtbert')} importance "
             f"--experiment stale --tracking-uri {uri}` computes it") in err
 
 
