@@ -11,7 +11,8 @@ def train(*args, **kwargs):
     return _train(*args, **kwargs)
 
 
-def load_model(path, device: str = "auto"):
-    """A trained model bundle (a run's best/ folder), ready to predict: see mtbert/bundle.py."""
+def load_model(path, device: str = "auto", encoder: str | None = None):
+    """A trained model bundle (a run's best/ folder), ready to predict: see mtbert/bundle.py
+    (`encoder`: where a slim bundle's frozen weights are, if not where it says)."""
     from mtbert.bundle import load_model as _load
-    return _load(path, device)
+    return _load(path, device, encoder)

@@ -114,7 +114,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--model {args.model}: no such folder") from None
         folder = resolve_bundle(args.model, resolve_tracking_uri(args.tracking_uri, None))
         print(f"model: {args.model} -> bundle {folder}")
-    bundle = load_model(folder, device=args.device)
+    bundle = load_model(folder, device=args.device, encoder=args.encoder)
     if args.set:
         # Data keys only matter here: the files may live elsewhere than where it trained.
         raw = to_dict(bundle.config)
@@ -128,6 +128,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         from mtbert.train.metrics import overall
 
         print(f"{args.split}: overall={overall([p.score for p in scored]):.4f} over {len(scored)} task(s)")
+    return 0
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from mtbert.bundle import is_slim, make_self_contained
+
+    was_slim = is_slim(args.model)
+    out = make_self_contained(args.model, args.output, encoder=args.encoder)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20
+    print(f"{out}: self-contained ({size:.1f} MB), loads without the pretrained model"
+          + ("" if was_slim else "; it already stored every weight"))
     return 0
 
 
@@ -160,7 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the bundle, e.g. --set data.dir=other/folder")
+    encoder_help = ("where a slim bundle's frozen weights are (a folder or hub name holding the model it "
+                    "trained from; default: the one it names)")
+    p.add_argument("--encoder", metavar="FOLDER", help=encoder_help)
     p.set_defaults(func=cmd_predict)
+    p = sub.add_parser("bundle", help="make a slim bundle self-contained: store the frozen weights it names")
+    p.add_argument("model", help="a model bundle folder (a run's best/)")
+    p.add_argument("--output", help="write a self-contained copy there (default: in place)")
+    p.add_argument("--encoder", metavar="FOLDER", help=encoder_help)
+    p.set_defaults(func=cmd_bundle)
     try:
         from orchestration.cli import register
     except ImportError:  # the library alone still trains

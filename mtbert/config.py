@@ -262,6 +262,10 @@ class TrainConfig:
     # bf16 matmuls run several times faster than fp32; fp32 elsewhere.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     save_checkpoint: bool = True
+    # What best/ stores of frozen layers loaded from a pretrained model: slim names them (the
+    # model and a digest) and load_model reads them from there; full stores them, so the
+    # bundle loads where that model is absent (mtbert/bundle.py).
+    bundle: Literal["slim", "full"] = "slim"
     # Micro-batches whose gradients add up before one optimizer step (an effective batch of
     # batch_size x grad_accum per task); schedules count optimizer steps.
     grad_accum: int = 1

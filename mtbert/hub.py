@@ -49,7 +49,11 @@ def _unreachable(endpoint: str) -> str | None:
 def pretrained_source(name: str, error: type[Exception]) -> tuple[str, dict]:
     """(what to give from_pretrained, its keyword arguments) for `model.name_or_path`, or
     `error` with one line saying why the model cannot be had."""
-    source, kwargs, problem = _resolve(name)
+    if looks_local(name):  # looked at each time: a folder can go (or come) while a process lives
+        path = Path(name).expanduser()
+        source, kwargs, problem = (str(path.resolve()), {}, None) if path.is_dir() else (name, {}, f"{name} not found")
+    else:
+        source, kwargs, problem = _resolve(name)
     if problem:
         raise error(f"model.name_or_path: {problem}")
     return source, kwargs
@@ -57,11 +61,8 @@ def pretrained_source(name: str, error: type[Exception]) -> tuple[str, dict]:
 
 @functools.lru_cache(maxsize=None)
 def _resolve(name: str) -> tuple[str, dict, str | None]:
-    """Once per name and process: the tokenizer, the config check and the weights all ask,
-    and the connection check should not run three times."""
-    if looks_local(name):
-        path = Path(name).expanduser()
-        return (str(path.resolve()), {}, None) if path.is_dir() else (name, {}, f"{name} not found")
+    """Once per hub name and process: the tokenizer, the config check and the weights all
+    ask, and the connection check should not run three times."""
     if _cached(name):
         return name, {"local_files_only": True}, None
     if _offline():

@@ -13,6 +13,7 @@ from ray.tune import Callback
 
 from orchestration.labels import fmt_lr, regime_label
 from orchestration.tracking import SweepTracking
+from orchestration.trainable import keep_one_model
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 
@@ -172,6 +173,7 @@ class TrackingCallback(Callback):
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
         else:
             self.tracking.finish(trial.config, "FINISHED", train_log=_train_log(trial))
+        keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         self.tracking.start_trial(trial.config, trial.trial_id)
@@ -180,6 +182,7 @@ class TrackingCallback(Callback):
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
         else:
             self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
+        keep_one_model(trial)  # [trainable]
 
 
 def _train_log(trial) -> str | None:

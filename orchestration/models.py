@@ -1,6 +1,6 @@
 """What `mtbert predict --model` accepts besides a bundle folder: the names a sweep prints.
 
-    runs/<sweep>/<trial>/output/best     a bundle folder (used as it is)
+    runs/<sweep>/<trial>/output/best     a bundle folder (used as it is; a trial's links into its checkpoint)
     models:/m-0123...  models:/NAME/3    an MLflow model URI (what a sweep prints, or the registry's)
     models:/NAME@champion                 a registry alias
     runs:/<run id>/<path>                 a model stored as a run's artifact

@@ -8,6 +8,7 @@ orchestration/callbacks.py), so an ASHA stop or a dead worker cannot leave a run
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -78,3 +79,42 @@ def run_trial(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as state_dir:
             log(f"resuming from {checkpoint.path}")
             train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+
+
+def keep_one_model(trial) -> None:
+    """Once a trial has ended (finished, stopped by the scheduler or an interrupt, failed), on
+    the driver: the trial's folder keeps its model once. During the run output/best is the
+    working copy that every checkpoint copies (train's report); afterwards it would be a second
+    copy of the best/ in the last checkpoint (for fine-tuned MiniLM, 90 MB per trial), so it
+    becomes a link to that one. The driver does it, not the trial: a trial that the scheduler
+    stops at its last report is stopped there, and at the sweep's end its worker process may
+    exit before the trial's own code runs again. A storage that is not a local folder keeps
+    its copy. A retry or `sweep resume` of the trial trains into a fresh copy of the
+    checkpoint's best/ (train's resume), never through the link."""
+    path = getattr(trial, "path", None)
+    if not path or "://" in str(path):
+        return
+    output = Path(path) / "output"
+    try:
+        for stale in output.glob(".checkpoint-*"):  # a report's folder whose trial was stopped in it
+            shutil.rmtree(stale, ignore_errors=True)
+        _refer_to_checkpoint(output / "best", trial.checkpoint)
+    except OSError:  # a second copy costs disk, not the sweep: it stays
+        pass
+
+
+def _refer_to_checkpoint(best: Path, checkpoint) -> None:
+    """output/best as a relative link to the checkpoint's best/ (the sweep folder can move)."""
+    import pyarrow.fs
+
+    if checkpoint is None or not isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        return
+    kept = Path(checkpoint.path) / "best"
+    if not (kept / "model.pt").is_file():
+        return
+    if best.is_symlink():
+        best.unlink()
+    elif best.exists():
+        shutil.rmtree(best)
+    best.parent.mkdir(parents=True, exist_ok=True)
+    best.symlink_to(os.path.relpath(kept, best.parent), target_is_directory=True)

@@ -173,6 +173,9 @@ class MultitaskModel(nn.Module):
         self.pooling = cfg.model.pooling
         self.poolers = nn.ModuleDict()
         new_params = getattr(enc, "mtbert_new_params", None)
+        # What the pretrained checkpoint lacked (random init), by the encoder's own key names;
+        # None when nothing came from a checkpoint (tiny, or built from an architecture).
+        self.random_init = None if new_params is None else frozenset(new_params)
         self.pretrained_pooler = (new_params is not None and enc.pooler is not None
                                   and not any(k.startswith("pooler.") for k in new_params))
         if self.pooling == "pooler":
@@ -235,6 +238,19 @@ class MultitaskModel(nn.Module):
         for module in frozen:
             module.requires_grad_(False)
         self._frozen = frozen
+
+    def frozen_keys(self) -> set[str]:
+        """State-dict keys of the frozen tensors, every task's private copy included."""
+        ids = {id(t) for m in self._frozen for t in m.state_dict(keep_vars=True).values()}
+        return {k for k, t in self.state_dict(keep_vars=True).items() if id(t) in ids}
+
+    def frozen_from_checkpoint(self) -> bool:
+        """Whether every frozen tensor is the pretrained checkpoint's own (none random-init),
+        so that the checkpoint can stand for them (a slim bundle, mtbert/bundle.py)."""
+        if self.random_init is None or not self._frozen:
+            return False
+        prefixes = ("embeddings.", *(f"encoder.layer.{i}." for i in range(self.frozen_depth)))
+        return not any(k.startswith(prefixes) for k in self.random_init)
 
     def train(self, mode: bool = True) -> "MultitaskModel":
         super().train(mode)

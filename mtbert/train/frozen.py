@@ -64,6 +64,22 @@ def _digest_params(modules: Sequence[torch.nn.Module]) -> str:
     return h.hexdigest()
 
 
+def frozen_digest(model: MultitaskModel) -> str:
+    """Digest of the frozen weights: the embeddings and the first frozen_depth layers as a task
+    sees them (a frozen private copy equals the others). It keys the stored blocks here and
+    names the frozen part in a slim bundle or checkpoint (mtbert/bundle.py). Hashing MiniLM
+    takes a fifth of a second, so it is kept with the model until a load writes into one of
+    those tensors (which bumps the tensor's version)."""
+    modules = [model.embeddings] + [model.layer(i) for i in range(model.frozen_depth)]
+    tensors = [t for m in modules for t in m.state_dict(keep_vars=True).values()]
+    version = tuple((id(t), t._version) for t in tensors)
+    memo = getattr(model, "_frozen_digest", None)
+    if memo is None or memo[0] != version:
+        memo = (version, _digest_params(modules))
+        model._frozen_digest = memo
+    return memo[1]
+
+
 def _digest_side(ds: TaskDataset, side: int) -> str:
     p = ds.packed[side]
     h = hashlib.blake2b(digest_size=16)
@@ -122,8 +138,7 @@ class FrozenCache:
                  log: Callable[[str], None] = lambda _m: None):
         self.model, self.device = model, device
         self.start = model.frozen_depth
-        frozen = [model.embeddings] + [model.layer(i) for i in range(self.start)]
-        weights = _digest_params(frozen)
+        weights = frozen_digest(model)
         pooling = model.pooling if self.start == model.num_layers else "-"
         self.sides: dict[tuple[str, str], list[Side]] = {}
         cache_dir = Path(cache_dir)

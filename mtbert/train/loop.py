@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 
+from mtbert.bundle import frozen_reference, load_stored, stored_state
 from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, task_schedule
 from mtbert.data.tokenize import Prepared, collate, prepare
@@ -237,11 +238,17 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     if probed is not None:
         timer.elapsed, flops = probed["train_time_s"], probed["train_flops"]
         start_from = {"probe_overall": probed["overall"]}
+    saves_state = cfg.train.save_checkpoint and (output_dir is not None or reporter is not None)
+    # The frozen tensors, when a pretrained model holds them, are named in the resumable state
+    # rather than stored (mtbert/bundle.py): the run that resumes builds them from that model.
+    reference = frozen_reference(model, cfg) if saves_state else None
     rng_state = None
     if resume_from is not None:
         state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
         if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
-            model.load_state_dict(state["model"])
+            load_stored(model, state["model"], state.get("frozen"), Path(resume_from) / STATE_FILE,
+                        cfg.model.name_or_path, "give model.name_or_path the weights the run started from, "
+                        "or train afresh")
             optimizer.load_state_dict(state["optimizer"])
             if "scheduler" in state:  # the resumed run continues on the same LR curve
                 scheduler.load_state_dict(state["scheduler"])
@@ -251,6 +258,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
             start_from = {"probe_overall": history[0]["probe_overall"]}
         flops = history[-1].get("train_flops", 0) if history else 0
         rng_state = state.get("rng")
+        if output_dir is not None and (Path(resume_from) / "best").is_dir():
+            _take_best(Path(resume_from) / "best", Path(output_dir) / "best")
         log(f"resumed from {resume_from} at epoch {start_epoch}")
 
     # Shares of each task's training rows and tokens that max_length cut: reported every
@@ -343,15 +352,15 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
             progress.end_epoch()
         log(_epoch_line(m, cfg))
         state = None
-        if cfg.train.save_checkpoint and (out_dir is not None or reporter is not None):
-            state = _state(model, optimizer, scheduler, weighting, history, timer.elapsed, epoch)
+        if saves_state:
+            state = _state(model, reference, optimizer, scheduler, weighting, history, timer.elapsed, epoch)
         if out_dir is not None and state is not None and reporter is None:
             _save_state(state, out_dir / "last")
         out_of_patience = cfg.train.patience is not None and since_best >= cfg.train.patience
         if reporter is not None:
             if state is not None and (epoch == cfg.train.epochs or out_of_patience):
                 state = _final_state(state)
-            _report(reporter, m, state, cfg, out_dir / "best" if out_dir is not None else None)
+            _report(reporter, m, state, cfg, out_dir)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
                 f"best epoch {best['epoch']}")
@@ -483,9 +492,24 @@ def _save_model(model, cfg: Config, path: Path, tokenizer) -> None:
     save_bundle(path, model, cfg, tokenizer)
 
 
-def _state(model, optimizer, scheduler, weighting: Weighting, history, train_time, epoch: int) -> dict:
-    """Everything a resume needs to continue as if never stopped (mtbert/train/state.py)."""
-    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+def _take_best(kept: Path, best: Path) -> None:
+    """A resumed sweep trial continues from its checkpoint's best/ (the best up to the epoch it
+    resumes after), not from whatever its folder holds: another node's trial folder has none,
+    and after a stop the trainable left there a link into the checkpoint, which a save must not
+    write through (orchestration/trainable.py)."""
+    if best.is_symlink() or best.is_file():
+        best.unlink()
+    elif best.is_dir():
+        shutil.rmtree(best)
+    shutil.copytree(kept, best)
+
+
+def _state(model, reference: dict | None, optimizer, scheduler, weighting: Weighting, history, train_time,
+           epoch: int) -> dict:
+    """Everything a resume needs to continue as if never stopped (mtbert/train/state.py). The
+    optimizer holds nothing for frozen tensors, and the model's frozen tensors are named by
+    `reference` when a pretrained model holds them (mtbert/bundle.py)."""
+    return {"model": stored_state(model, reference), "frozen": reference, "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "weighting": weighting.state_dict(), "history": history,
             "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
             "sampler": sampler_position(epoch)}
@@ -496,7 +520,7 @@ def _final_state(state: dict) -> dict:
     from it trains no epoch (the budget or the patience is spent), so nothing would read the
     model, optimizer and scheduler, which for AdamW are about three times the model's size
     on the disk of every finished sweep trial. The best epoch's model travels beside it (best/)."""
-    return {**{k: v for k, v in state.items() if k not in ("model", "optimizer", "scheduler", "weighting")},
+    return {**{k: v for k, v in state.items() if k not in ("model", "frozen", "optimizer", "scheduler", "weighting")},
             "final": True}
 
 
@@ -508,11 +532,16 @@ def _save_state(state: dict, path: Path) -> None:
     tmp.replace(path / STATE_FILE)
 
 
-def _report(reporter: Reporter, m: dict, state: dict | None, cfg: Config, best_dir: Path | None) -> None:
+def _report(reporter: Reporter, m: dict, state: dict | None, cfg: Config, out_dir: Path | None) -> None:
     if state is None:
         reporter(dict(m), None)
         return
-    tmp = Path(tempfile.mkdtemp(prefix="mtbert-ckpt-"))
+    best_dir = out_dir / "best" if out_dir is not None else None
+    # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
+    # may never delete it, and there the driver does (orchestration/trainable.py).
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
     try:
         torch.save(state, tmp / STATE_FILE)
         (tmp / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

@@ -154,8 +154,8 @@ def test_pretrained_bundle_predicts_elsewhere_without_the_model_folder(tmp_path)
     shutil.rmtree(work)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = _cli("predict", "--model", "../bundle", "--split", "dev", "--output", "pred", "--device", "cpu",
-                cwd=elsewhere)
+    proc = _cli("predict", "--model", "../bundle", "--split", "dev", "--as-trained", "--output", "pred",
+                "--device", "cpu", cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr[-3000:]
     scores = json.loads((elsewhere / "pred" / "scores-dev.json").read_text())
     m = run["metrics"]
