@@ -65,6 +65,13 @@ def _beside(output: str | None, experiment: str, suffix: str) -> Path:
     return Path(output).with_suffix(f".{suffix}") if output else Path("runs") / f"{experiment}-{suffix}"
 
 
+def _said(lines: list[str]) -> None:
+    """Which sweep a reading command chose, on stderr once it succeeded (an error names the
+    sweep itself, in its one line)."""
+    for line in lines:
+        print(line, file=sys.stderr)
+
+
 def _write(text: str, output: str | None, what: str) -> None:
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +88,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "pareto.png")
     importance_plot = _beside(args.output, args.experiment, "importance.png")
-    text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot, importance_plot)
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    chose: list[str] = []
+    text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot, importance_plot,
+                                      columns, say=chose.append)
+    _said(chose)
     _write(text, args.output, f"{len(table)} rows, sweep {parent.info.run_name}")
     print(f"Pareto plot: {plot} (also logged to parent run {parent.info.run_id})", file=sys.stderr)
     found, why = importance.stored(uri, parent, table)
@@ -105,7 +116,10 @@ def cmd_importance(args: argparse.Namespace) -> int:
         check_resamples(args.resamples)
     uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "importance.png")
-    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot)
+    chose: list[str] = []
+    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot,
+                                     say=chose.append)
+    _said(chose)
     _write(text, args.output, f"{found['dimension'].nunique()} dimensions x {found['figure'].nunique()} figures, "
            f"sweep {parent.info.run_name}")
     print(f"importance plot: {plot} (importance.csv and importance.png also on parent run {parent.info.run_id})",
@@ -169,9 +183,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
-    board.add_argument("--sweep", help="parent run id or name (default: the latest sweep)")
+    board.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     board.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
     board.add_argument("--sort", default="overall", help="column to sort by (baseline stays first)")
+    board.add_argument("--columns", metavar="KEY,KEY,...",
+                       help="the printed table's columns, by the csv's names (e.g. overall,sst_acc,model_size_mb,"
+                       "tm_relative_score_compute); the row's regime label always comes first "
+                       "(default: every column; latex: those that fit a page)")
     board.add_argument("--output", help="write the table here instead of stdout")
     board.add_argument("--plot", help="Pareto plot PNG (default: next to --output, else runs/<experiment>-pareto.png)")
     board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
@@ -180,7 +198,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA over the "
                                 "configurations' seed means, an interval from resampling seeds)")
     imp.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
-    imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep)")
+    imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     imp.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
     imp.add_argument("--output", help="write the table here instead of stdout")
     imp.add_argument("--plot", help="bar chart PNG (default: next to --output, else runs/<experiment>-importance.png)")

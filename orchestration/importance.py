@@ -35,7 +35,7 @@ import json
 import math
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from orchestration.errors import SweepError
+from orchestration.export import Cell
 from orchestration.labels import STANDS_FOR, parse_param
 
 RESAMPLES = 100
@@ -356,30 +357,40 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 def figure_label(figure: str) -> str:
-    from orchestration.leaderboard import TASK_LABELS
+    from orchestration.leaderboard import HEADERS
 
-    return {**TASK_LABELS, "overall": "Overall", "tm_relative_score": "TM-rel. (wall)",
-            "tm_relative_score_compute": "TM-rel. (compute)"}.get(figure, figure)
+    return HEADERS.get(figure, figure)
 
 
-def _cell(value: float, low: float, high: float) -> str:
+def _cell(value: float, low: float, high: float) -> Cell:
     if value is None or math.isnan(value):
-        return "–"
+        return Cell("–")
     if math.isnan(low) or math.isnan(high):
-        return f"{value:.2f}"
-    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+        return Cell(f"{value:.2f}")
+    return Cell(f"{value:.2f}", f"[{low:.2f}, {high:.2f}]")
 
 
-def display_rows(found: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Dimension x figure, the dimensions by their mean importance over the figures."""
+def display_rows(found: pd.DataFrame) -> tuple[list[str], list[list[Cell]]]:
+    """Dimension x figure, the dimensions by their mean importance over the figures; in each
+    figure's column the dimension that explains most of it is bold (ties at the shown digits
+    all, none where every dimension shows the same)."""
     order = list(dict.fromkeys(found["figure"]))
-    dims = found.groupby("dimension", sort=False)["importance"].mean().sort_values(ascending=False).index
+    dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values(ascending=False).index)
     cells = {(r.figure, r.dimension): _cell(r.importance, r.low, r.high) for r in found.itertuples()}
     headers = ["Dimension", *map(figure_label, order)]
-    return headers, [[d, *(cells.get((f, d), "–") for f in order)] for d in dims]
+    rows = [[Cell(d), *(cells.get((f, d), Cell("–")) for f in order)] for d in dims]
+    for j in range(1, len(headers)):
+        shown = {i: row[j].text for i, row in enumerate(rows) if row[j].text != "–"}
+        if len(shown) < 2 or len(set(shown.values())) < 2:
+            continue
+        best = max(shown.values(), key=float)
+        for i, text in shown.items():
+            if text == best:
+                rows[i][j] = replace(rows[i][j], bold=True)
+    return headers, rows
 
 
-def caption(found: pd.DataFrame) -> str:
+def caption(found: pd.DataFrame, bold: bool = False) -> str:
     first = found.iloc[0]
     resampled = int(first["resamples"])
     interval = (f"in brackets its {LEVEL:.0%} interval: the 2.5-97.5 percentiles over {resampled} resamples of each "
@@ -387,11 +398,23 @@ def caption(found: pd.DataFrame) -> str:
                 "one seed per configuration: no seeds to resample, so no interval")
     return (f"Importance: the share of a figure's variance across {int(first['configurations'])} configurations "
             f"(seed means of {int(first['runs'])} runs) that a swept key explains on its own (Optuna's fANOVA, "
-            f"{N_TREES} trees; main effects, summing to 1 over the keys); {interval}. – : not assessed.")
+            f"{N_TREES} trees; main effects, summing to 1 over the keys); {interval}."
+            + (" Bold: the key that explains most of each figure." if bold else "")
+            + (" – : not assessed." if found["importance"].isna().any() else ""))
 
 
-def render(found: pd.DataFrame, fmt: str) -> str:
-    from orchestration.leaderboard import FORMATS, _html, _latex, _markdown
+def export_table(found: pd.DataFrame):
+    """The table as the printed formats take it (orchestration/export.py)."""
+    from orchestration import export
+
+    headers, rows = display_rows(found)
+    bold = any(c.bold for row in rows for c in row)
+    return export.Table(headers, rows, caption(found, bold), left=1, css="mtbert-importance")
+
+
+def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
+    from orchestration import export
+    from orchestration.leaderboard import FORMATS, IMPORTANCE_HEADING
 
     if fmt not in FORMATS:
         raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
@@ -399,10 +422,13 @@ def render(found: pd.DataFrame, fmt: str) -> str:
         return found.to_csv(index=False)
     if found.empty:
         return ""
-    headers, rows = display_rows(found)
+    table = export_table(found)
+    title = f"{IMPORTANCE_HEADING}: {title}" if title else IMPORTANCE_HEADING
     if fmt == "html":
-        return _html(headers, rows, caption(found), css="mtbert-importance")
-    return {"md": _markdown, "latex": _latex}[fmt](headers, rows, caption(found), left=1)
+        return export.html_page(title, [table])
+    if fmt == "latex":
+        return export.latex_document(title, [table])
+    return export.markdown(table)
 
 
 def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -439,7 +465,8 @@ def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> P
 
 
 def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
-               resamples: int | None = None, plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
+               resamples: int | None = None, plot: str | Path | None = None,
+               say=None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run) of `mtbert importance`: computed from the
     sweep's finished runs, stored on its parent run (CSV, PNG) and drawn to `plot`."""
     import shutil
@@ -447,7 +474,7 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
 
     from orchestration.leaderboard import _union, child_runs, find_sweep, headline_tm, log_artifact, table_keys
 
-    experiment_id, parent = find_sweep(uri, experiment, sweep)
+    experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     tags = parent.data.tags
     runs = child_runs(uri, experiment_id, parent.info.run_id, *_union(table_keys(tags), importance_keys(tags)))
     p = points(runs, tags, headline_tm(tags, runs), space_doc(uri, parent))
@@ -466,4 +493,4 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
         if plot is not None:
             Path(plot).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(png, plot)
-    return render(found, fmt), found, parent
+    return render(found, fmt, parent.info.run_name), found, parent

@@ -7,10 +7,12 @@ single trial.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +23,7 @@ from orchestration.claims import CLAIMS_FILE, from_doc, to_doc
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.plan import Planner
-from orchestration.spec import Sweep, load_sweep
+from orchestration.spec import SMOKE_SUFFIX, Sweep, load_sweep
 from orchestration.tm import __doc__ as TM_DOC
 from orchestration.tracking import QUEUE_FILE, STATE_LOG, SweepTracking, check_tracking, git_commit
 
@@ -292,8 +294,9 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
               f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)"
               if adaptive else f"{total} trials ({len(sweep.seeds)} baseline"
               f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''})")
+    apart = f" (--smoke: apart from '{experiment.removesuffix(SMOKE_SUFFIX)}')" if sweep.smoke else ""
     log(f"sweep {run_name}: {trials}, {sweep.spec.search.algorithm} search, "
-        f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}' "
+        f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}'{apart} "
         f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
 
     _quiet_tune()
@@ -354,7 +357,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
         check_shared_storage_of(run_dir.parent)
     tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
                              state["sweep"], state.get("git_commit"), state_dir=run_dir,
-                             outage_s=float(state.get("outage_s", 180.0)))
+                             outage_s=float(state.get("outage_s", 180.0)), run_name=run_dir.name)
     replayed = tracking.live.outbox.pending
     tracking.reopen_parent()
     if replayed:
@@ -387,15 +390,16 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     judged: list[str] = []
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        results = tuner.fit()
+        with _without_ray_resume_hint():
+            results = tuner.fit()
         ended = results.num_terminated + results.num_errors
         reason = tracking.live.stop_reason
         # Tune returns normally after a Ctrl-C too, with trials left unfinished.
         complete = ended >= (len(results) if adaptive else total)
         status = "FINISHED" if complete and reason is None else "KILLED"
         if status == "KILLED" and reason != "tracking outage":
-            log(f"interrupted ({reason or 'stopped'}) after {_finished(tracking)} of {total} trials; continue with "
-                f"`{_resume_command(run_dir)}`")
+            # No count here: the summary line below counts the trials once, from the store.
+            log(f"interrupted ({reason or 'stopped'}); continue with `{_resume_command(run_dir)}`")
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -421,8 +425,27 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     return outcome
 
 
-def _finished(tracking: SweepTracking) -> int:
-    return sum(t["status"] in ("FINISHED", "FAILED") for t in tracking.live.trials.values())
+@contextmanager
+def _without_ray_resume_hint():
+    """An interrupted sweep is continued with `mtbert sweep resume`, which the driver prints;
+    Tune's own `Tuner.restore(...)` hint (a warning of its `ray.tune.tune` logger) would send
+    the user to an API that knows nothing of the sweep's MLflow runs."""
+    hint = logging.getLogger("ray.tune.tune")
+    drop = _DropMessage("Resume experiment with")
+    hint.addFilter(drop)
+    try:
+        yield
+    finally:
+        hint.removeFilter(drop)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def _resume_command(run_dir: Path) -> str:
@@ -454,8 +477,9 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
            judged: list[str] | None = None) -> None:
     """Whatever ended the sweep: queued writes sent, finished trials reconciled, every
     cross-trial figure re-derived once (TM-relative scores, leaderboard and Pareto plot on
-    the parent), no run left RUNNING, parent closed. With the store away past the limit,
-    the marks are queued in the journal instead and the sweep stops with one line.
+    the parent), no run left RUNNING, the sweep's summary on the parent, parent closed. With
+    the store away past the limit, the marks are queued in the journal instead and the sweep
+    stops with one line.
     Each step is attempted on its own, so one failing neither skips the others nor hides
     the error that ended the sweep."""
     from orchestration.importance import log_importance
@@ -496,6 +520,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
              ("log models", lambda: status == "FINISHED" and tracking.flush()
               and log_models(tracking, results, *models, log=log, runs=runs)),
              ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED", runs), log)),
+             ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
              ("close the parent run", lambda: (tracking.end_parent(status), tracking.flush()))]
     for what, step in steps:
         try:
@@ -525,6 +550,40 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
         lines.append(f"claim {r['claim']}: {r['verdict']}, {interval}, n={int(r['n'])}"
                      + (f" (sequential {r['looks']})" if r.get("looks") else ""))
     return lines
+
+
+def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
+    """(metrics, tags) of the sweep for its parent run: its best configuration
+    (mlflow_extras.best_configuration) by its mean overall, the half-width of that mean's 95%
+    interval (two seeds or more) and its seeds; and how its trials ended."""
+    from orchestration.mlflow_extras import best_configuration
+    from orchestration.stats import mean_ci
+
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    failed = sum(r.info.status == "FAILED" for r in runs)
+    metrics = {"trials": float(len(runs)), "trials_finished": float(len(finished)),
+               "trials_stopped_early": float(sum(r.data.tags.get("stopped_early") == "true" for r in finished)),
+               "trials_failed": float(failed), "trials_interrupted": float(len(runs) - len(finished) - failed)}
+    tags = {}
+    best = best_configuration(runs)
+    if best:
+        mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
+        metrics.update(best_config_overall=mean, best_config_n=float(n))
+        if n > 1:
+            metrics["best_config_overall_ci95"] = half
+        tags["best_config"] = best[0].data.tags.get("variant", "")
+    return metrics, tags
+
+
+def _log_summary(tracking: SweepTracking, runs: list) -> None:
+    """sweep_summary on the parent run, as the runs stand once every trial is closed (a run
+    the sweep's end closed, read RUNNING before, counts as interrupted)."""
+    from orchestration.tracking import PARENT
+
+    metrics, tags = sweep_summary(runs)
+    now = int(time.time() * 1000)
+    tracking._put({"do": "log", "ref": PARENT, "metrics": [[k, v, now, 0] for k, v in metrics.items()],
+                   "tags": sorted(tags.items())})
 
 
 def _report_closed(n: int, log: Callable[[str], None]) -> None:
@@ -564,7 +623,8 @@ def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
 
 def _runs_view(sweep) -> dict:
     """The columns of the MLflow view the sweep's link opens: its objective first, then each
-    task's score and the swept keys (mlflow_extras.save_runs_view)."""
+    task's score and the swept keys' params as they are logged, each loss weight of a swept
+    loss.weights its own (mlflow_extras.save_runs_view)."""
     from mtbert.tasks import get_task
 
     metric, mode = sweep.objectives[0]
@@ -576,8 +636,11 @@ def _runs_view(sweep) -> dict:
             tasks.append(get_task(t).metric_name)
         except (KeyError, ValueError):  # a plug-in task the driver has not imported
             pass
-    return {"objective": metric, "task_metrics": tasks, "swept": list(sweep.spec.space),
-            "ascending": mode == "min"}
+    from orchestration.mlflow_extras import swept_params
+
+    # check_values: every value a dimension may take, or its ends (a simplex: its corners).
+    swept = [name for d in sweep.dims for name in swept_params(d.key, d.check_values())]
+    return {"objective": metric, "task_metrics": tasks, "swept": swept, "ascending": mode == "min"}
 
 
 def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,

@@ -6,12 +6,15 @@ One row per configuration: regime (head regime, encoder sharing k, and any other
 baseline override off its default), learning rate, loss weights, best dev overall and its epoch, the task
 scores at that epoch, train time, model size, peak memory and TM-relative score. The baseline is marked
 with * and pinned first, as in the paper. A configuration run under several seeds is one
-row of mean ± the 95% t-interval half-width (n seeds; orchestration/stats.py), and Δ overall
-is its difference to the baseline paired by seed (the mean of per-seed differences ± its own
-95% t-interval, n paired seeds). A sweep's frozen reference (`reference: true`, role
-`reference`) is labelled as such, and the caption names the rows whose mean falls below it,
-task by task. Runs come from MLflow (pandas): the child runs of one sweep's parent run, by
-default the experiment's latest sweep.
+row of mean ± the 95% t-interval half-width (n seeds; orchestration/stats.py), a count (the
+epoch) its seeds' median and range, and Δ overall is its difference to the baseline paired by
+seed (the mean of per-seed differences ± its own 95% t-interval, n paired seeds). Each column's
+best value is bold. A sweep's frozen reference (`reference: true`, role `reference`) is
+labelled as such, and the caption names the rows whose mean falls below it, task by task; the
+caption is a legend for what the table shows, no more. Columns are picked by their csv names
+(Column, --columns); md, latex and html are written by orchestration/export.py. Runs come from
+MLflow (pandas): the child runs of one sweep's parent run, by default the experiment's latest
+sweep with a finished trial.
 
 Differences from the paper's tables, on purpose: epochs are 1-based; model size is in MB;
 the TM-relative column is the ratio itself (the baseline scores 1.0), where the paper prints
@@ -28,24 +31,27 @@ configuration. A searched point identical to the baseline was trained once, as t
 
 The Pareto plot puts overall against the headline score's cost on the full-epoch-budget basis
 (training FLOPs, tm_flops, or train time, tm_time_s; see tm.py), so trials ASHA stopped are not
-drawn as cheap; marker size and colour give model size; the non-dominated configurations are
-joined by a step line.
+drawn as cheap. Each point is labelled as its table row, with its seeds' intervals as bars; the
+axes never zoom so far that noise looks like a difference; marker area gives model size where
+sizes differ by more than SIZE_SPREAD; the non-dominated configurations are joined by a step
+line.
 """
 from __future__ import annotations
 
-import html
 import math
 import sqlite3
 import sys
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
 from mtbert.tasks import TASKS
+from orchestration import export
 from orchestration.errors import SweepError
+from orchestration.export import Cell
 from orchestration.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
 from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.stats import paired_delta, t_quantile
@@ -54,7 +60,7 @@ FORMATS = ("md", "csv", "latex", "html")
 # Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
 NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memory_mb", "tm_relative_score"]
-# In the csv, not the printed table: the compute-based score and the time bases of both.
+# Also read: the compute-based score and the cost bases of both (in the csv; printed by --columns).
 EXTRA_NUMERIC = ["tm_relative_score_compute", "tm_time_s", "tm_flops"]
 LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch",
                    "wall_time_spread"}
@@ -66,6 +72,38 @@ TM_COLUMNS = {"compute": "tm_relative_score_compute", "wall": "tm_relative_score
 WALL_SPREAD = 0.20
 WALL_MARK = "§"
 ALSO_SEARCHED = "(also searched)"
+REASON_CHARS = 60  # of a failed trial's reason in its row (the csv keeps 200, MLflow all of it)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the printed table. `key` names it in the csv (a figure as MLflow names it)
+    and is what `mtbert leaderboard --columns` picks it by."""
+    key: str
+    header: str
+    fmt: str = ".3f"
+    better: str = ""  # max | min: the column's best value is bold; "": no best (labels, the epoch, n)
+    count: bool = False  # a whole number per run: its seeds' median and range, never mean ± interval
+
+
+LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
+DELTA_COLUMN = f"{DELTA_METRIC}_delta"
+# Every figure column but the task scores, whose keys and headers come from the sweep (TASK_LABELS).
+FIGURE_COLUMNS = (
+    Column("overall", "Overall", better="max"),
+    Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max"),
+    Column("best_epoch", "Epoch", count=True),
+    Column("train_time_s", "Train time (s)", ".1f", "min"),
+    Column("model_size_mb", "Size (MB)", ".2f", "min"),
+    Column("peak_memory_mb", "Peak mem. (MB)", ".0f", "min"),
+    Column(TM_COLUMNS["compute"], "TM-rel. (compute)", better="max"),
+    Column(TM_COLUMNS["wall"], "TM-rel. (wall)", better="max"),
+    Column("tm_time_s", "TM time (s)", ".1f", "min"),
+    Column("tm_flops", "TM FLOPs", ".2e", "min"),
+    Column("n", "n"),
+)
+COUNTS = [c.key for c in FIGURE_COLUMNS if c.count]
+HEADERS = {**TASK_LABELS, **{c.key: c.header for c in FIGURE_COLUMNS}}  # a figure's name in print
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -150,15 +188,17 @@ class SqliteRun:
     data: RunData
 
 
-def find_sweep(uri: str, experiment: str, sweep: str | None = None):
-    """(experiment id, parent run) for a sweep: by run id or name, else the latest one. An
-    existing sqlite store is read with SQL (an SqliteRun), any other through MLflow (a Run)."""
+def find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None):
+    """(experiment id, parent run) for a sweep: by run id or name, else the latest one with a
+    finished trial (the latest of all when none has one), said in one line to `say` when
+    given. An existing sqlite store is read with SQL (an SqliteRun), any other through MLflow
+    (a Run)."""
     if _is_sqlite_file(uri):
         try:
-            return sqlite_find_sweep(uri, experiment, sweep)
+            return sqlite_find_sweep(uri, experiment, sweep, say)
         except sqlite3.Error as exc:  # a schema this reader does not know: the API
             _through_mlflow(uri, "finding the sweep", exc)
-    return search_find_sweep(uri, experiment, sweep)
+    return search_find_sweep(uri, experiment, sweep, say)
 
 
 def _is_run_id(text: str) -> bool:
@@ -170,7 +210,20 @@ def _no_experiment(uri: str, experiment: str, names: list[str]) -> SweepError:
                       + (f" (have: {', '.join(names)})" if names else ""))
 
 
-def search_find_sweep(uri: str, experiment: str, sweep: str | None = None):
+def _latest_done(experiment: str, sweeps: list[tuple[Any, str, bool]], say) -> Any:
+    """The newest of (run, name, has a finished trial), newest first, that has one (else the
+    newest), and the line that says which and what it passed over."""
+    pick = next((i for i, (_, _, done) in enumerate(sweeps) if done), 0)
+    run, name, done = sweeps[pick]
+    if say is not None:
+        skipped = [n for _, n, _ in sweeps[:pick]]
+        say(f"sweep {name}: the latest in '{experiment}' with finished trials"
+            + (f", not the newer {', '.join(skipped)} (none finished)" if skipped else "")
+            if done else f"sweep {name}: the latest in '{experiment}' (no sweep there has a finished trial)")
+    return run
+
+
+def search_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None):
     """find_sweep through MlflowClient: any store."""
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -185,17 +238,25 @@ def search_find_sweep(uri: str, experiment: str, sweep: str | None = None):
         if not runs:
             raise SweepError(f"--sweep {sweep}: no sweep run with that id or name in experiment '{experiment}'")
         return exp.experiment_id, runs[0]
-    runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1)
+    runs = client.search_runs([exp.experiment_id], flt, order_by=["attributes.start_time DESC"], max_results=1000)
     if not runs:
         raise SweepError(f"--experiment {experiment}: holds no sweep runs yet")
-    return exp.experiment_id, runs[0]
+    sweeps = []
+    for run in runs:  # newest first, until one has a finished trial
+        done = bool(client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{run.info.run_id}' "
+                                       "and attributes.status = 'FINISHED'", max_results=1))
+        sweeps.append((run, run.info.run_name, done))
+        if done:
+            break
+    return exp.experiment_id, _latest_done(experiment, sweeps, say)
 
 
-def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None) -> tuple[str, SqliteRun]:
+def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None) -> tuple[str, SqliteRun]:
     """search_find_sweep's answer from MLflow's sqlite tables, read-only, with its choices: the
     experiment by name whatever its lifecycle stage (get_experiment_by_name), the names listed
     as search_experiments lists them (active, newest first), active runs tagged role=sweep,
-    newest start_time first, run id breaking ties (search_runs' order)."""
+    newest start_time first, run id breaking ties (search_runs' order), a finished trial an
+    active child run with status FINISHED."""
     con = _connect(uri)
     try:
         row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)).fetchone()
@@ -205,21 +266,27 @@ def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None) -> tu
                 "ORDER BY creation_time DESC, experiment_id ASC LIMIT 50")]
             raise _no_experiment(uri, experiment, names)
         experiment_id = row[0]
-        query = ("SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'role' "
+        query = ("SELECT r.run_uuid, r.name, EXISTS (SELECT 1 FROM tags c JOIN runs cr ON cr.run_uuid = c.run_uuid "
+                 "WHERE c.key = 'mlflow.parentRunId' AND c.value = r.run_uuid AND cr.status = 'FINISHED' "
+                 "AND cr.lifecycle_stage = 'active') "
+                 "FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'role' "
                  "AND t.value = 'sweep' WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' {} "
-                 "ORDER BY r.start_time DESC, r.run_uuid LIMIT 1")
-        found = None
+                 "ORDER BY r.start_time DESC, r.run_uuid")
         if sweep:
+            found = None
             if _is_run_id(sweep):
                 found = con.execute(query.format("AND r.run_uuid = ?"), (experiment_id, sweep)).fetchone()
             found = found or con.execute(query.format("AND r.name = ?"), (experiment_id, sweep)).fetchone()
             if found is None:
                 raise SweepError(f"--sweep {sweep}: no sweep run with that id or name in experiment '{experiment}'")
+            run_id = found[0]
         else:
-            found = con.execute(query.format(""), (experiment_id,)).fetchone()
-            if found is None:
+            sweeps = [(uuid, name, bool(done)) for uuid, name, done in
+                      con.execute(query.format(""), (experiment_id,)).fetchall()]
+            if not sweeps:
                 raise SweepError(f"--experiment {experiment}: holds no sweep runs yet")
-        return str(experiment_id), _sqlite_run(con, found[0])
+            run_id = _latest_done(experiment, sweeps, say)
+        return str(experiment_id), _sqlite_run(con, run_id)
     finally:
         con.close()
 
@@ -437,8 +504,9 @@ def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
 
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
     """One row per configuration (finished seeds grouped; numeric columns carry _std, _ci95
-    and n; the delta metric carries <metric>_delta, _delta_ci95 and _delta_n, paired by seed
-    against the baseline), then one row per failed or interrupted trial with its one-line reason.
+    and n, a count (COUNTS) its _median, _min and _max; the delta metric carries
+    <metric>_delta, _delta_ci95 and _delta_n, paired by seed against the baseline), then one
+    row per failed or interrupted trial with its one-line reason.
     Vectorised over runs, so a 10,000-run sweep builds in seconds."""
     from mtbert.config import Config, flatten
 
@@ -481,6 +549,11 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         table[name] = means[name].values
         table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
         table[f"{name}_ci95"] = _ci95(stds[name], counts[name]).values
+    for name in COUNTS:  # a whole number per run: a mean ± interval would read as 1.5 ± 6.4 epochs
+        # The lower median: a value some seed took (epoch 2 of seeds at 2 and 3, not 2.5).
+        table[f"{name}_median"] = grouped[name].quantile(0.5, interpolation="lower").values
+        table[f"{name}_min"] = grouped[name].min().values
+        table[f"{name}_max"] = grouped[name].max().values
     # The full-budget basis, so a trial ASHA stopped is compared at the time its budget would take.
     time = frame["tm_time_s"].where(frame["tm_time_s"].notna(), frame["train_time_s"]).loc[done.index]
     by = time.groupby(done["variant"], sort=False)
@@ -505,6 +578,9 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         for name in dict.fromkeys(numeric):
             rest[f"{name}_std"] = math.nan
             rest[f"{name}_ci95"] = math.nan
+        for name in COUNTS:
+            for stat in ("median", "min", "max"):
+                rest[f"{name}_{stat}"] = rest[name]
         for suffix in ("delta", "delta_ci95", "delta_n"):
             rest[f"{DELTA_METRIC}_{suffix}"] = math.nan
         rest.loc[rest["role"] == "reference", "regime"] = REFERENCE_LABEL
@@ -565,82 +641,141 @@ def _nan(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _cell(mean: float, half: float, n: int, digits: int) -> str:
-    """mean ± 95% CI half-width; a single seed (or no spread to estimate) shows the mean alone."""
-    if _nan(mean):
-        return "–"
-    text = f"{mean:.{digits}f}"
-    if n > 1 and not _nan(half):
-        text += f" ± {half:.{digits}f}"
-    return text
+def _number(value: float, fmt: str) -> str:
+    return f"{value:{fmt}}"
 
 
-def _delta_cell(delta: float, half: float, n: float, digits: int = 3) -> str:
-    """+0.004 ± 0.002 (n=3): paired by seed; n is the number of seeds both sides ran."""
-    if _nan(delta):
-        return "–"
-    text = f"{delta:+.{digits}f}"
-    if not _nan(half):
-        text += f" ± {half:.{digits}f}"
-    return text + f" (n={int(n)})"
+def _count(value: float) -> str:
+    return f"{value:g}"
 
 
-def display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and formatted cells shared by md, latex and html."""
+def _figure_cell(r: dict, c: Column) -> Cell:
+    """mean ± 95% CI half-width; a single seed (or no spread to estimate) shows the mean alone;
+    the Δ column its paired interval and the seeds both ran; a count its median and range."""
+    value = r.get(c.key, math.nan)
+    if _nan(value):
+        return Cell("–")
+    if c.key == DELTA_COLUMN:
+        half, n = r.get(f"{DELTA_COLUMN}_ci95", math.nan), r.get(f"{DELTA_COLUMN}_n", math.nan)
+        aside = ("" if _nan(half) else f"± {_number(half, c.fmt.lstrip('+'))} ") + f"(n={int(n)})"
+        return Cell(_number(value, c.fmt), aside)
+    if c.key == "n":
+        return Cell(str(int(value)))
+    if c.count:
+        median = r.get(f"{c.key}_median", value)
+        low, high = r.get(f"{c.key}_min", median), r.get(f"{c.key}_max", median)
+        return Cell(_count(median), "" if _nan(low) or low == high else f"({_count(low)}–{_count(high)})")
+    half = r.get(f"{c.key}_ci95", math.nan)
+    return Cell(_number(value, c.fmt), "" if int(r["n"]) < 2 or _nan(half) else f"± {_number(half, c.fmt)}")
+
+
+def all_columns(table: pd.DataFrame) -> dict[str, Column]:
+    """Every column the printed table can show, by key, in the order it shows them."""
     tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
-    task_metrics = table.attrs.get("task_metrics", [])
-    grouped = bool((table["n"] > 1).any()) if not table.empty else False
-    delta_col = f"{DELTA_METRIC}_delta"
-    with_delta = delta_col in table.columns and bool(table[delta_col].notna().any())
+    labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", "LR"),
+              "weights": Column("weights", f"w [{' '.join(tasks)}]")}
+    figures = {c.key: c for c in FIGURE_COLUMNS}
     tms = tm_columns(table)
-    headers = ["Regime", "LR", f"w [{' '.join(tasks)}]", "Overall",
-               *(["Δ overall vs *"] if with_delta else []), "Epoch",
-               *[TASK_LABELS.get(m, m) for m in task_metrics], "Train time (s)", "Size (MB)",
-               "Peak mem. (MB)", *[TM_HEADERS[c] for c in tms]]
-    if grouped:
-        headers.append("n")
-    digits = {"overall": 3, "best_epoch": 1 if grouped else 0, "train_time_s": 1, "model_size_mb": 2,
-              "peak_memory_mb": 0, **{m: 3 for m in task_metrics}, **{c: 3 for c in tms}}
+    tasks_cols = [Column(m, TASK_LABELS.get(m, m), better="max") for m in table.attrs.get("task_metrics", [])]
+    order = ["overall", DELTA_COLUMN, "best_epoch"]
+    rest = ["train_time_s", "model_size_mb", "peak_memory_mb", *tms,
+            *[k for k in TM_COLUMNS.values() if k not in tms], "tm_time_s", "tm_flops", "n"]
+    return {**labels, **{k: figures[k] for k in order}, **{c.key: c for c in tasks_cols},
+            **{k: figures[k] for k in rest}}
+
+
+def _varies(table: pd.DataFrame, key: str) -> bool:
+    return key in table.columns and table[key].astype(str).nunique() > 1
+
+
+def default_columns(table: pd.DataFrame, fmt: str = "md") -> list[str]:
+    """The paper's columns: the row's labels, overall (and its Δ to the baseline where there
+    is one), the epoch, the task scores, time, size, memory, the TM-relative scores (the
+    sweep's headline first) and n when seeds are grouped. LaTeX, a page wide at most, keeps
+    the headline TM score only, and a label column or n only where rows differ in it (the
+    caption states the value they share)."""
+    grouped = bool((table["n"] > 1).any()) if not table.empty else False
+    with_delta = DELTA_COLUMN in table.columns and bool(table[DELTA_COLUMN].notna().any())
+    narrow = fmt == "latex"
+    labels = [k for k in ("lr", "weights") if not narrow or _varies(table, k)]
+    tms = tm_columns(table)[:1] if narrow else tm_columns(table)
+    n = ["n"] if grouped and (not narrow or _varies(table, "n")) else []
+    return ["regime", *labels, "overall", *([DELTA_COLUMN] if with_delta else []), "best_epoch",
+            *table.attrs.get("task_metrics", []), "train_time_s", "model_size_mb", "peak_memory_mb", *tms, *n]
+
+
+def chosen_columns(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> list[Column]:
+    """`columns` (keys, as --columns names them; default_columns when None): the row's name
+    (regime) always first, the other label columns next, the figures in the order given."""
+    known = all_columns(table)
+    keys = default_columns(table, fmt) if columns is None else list(columns)
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise SweepError(f"--columns {unknown[0]}: not a column of this table; choose from {', '.join(known)}")
+    labels = [k for k in keys if k in LABEL_COLUMNS and k != "regime"]
+    return [known[k] for k in dict.fromkeys(["regime", *labels, *(k for k in keys if k not in LABEL_COLUMNS)])]
+
+
+def _row_label(r: dict) -> str:
+    label = r["regime"] + ("*" if r["role"] == "baseline" else "")
+    if r.get(STANDS_FOR):
+        label += f" {ALSO_SEARCHED}"
+    if r["stopped_early"]:
+        label += " †"
+    if r.get("wall_time_spread", 0) > WALL_SPREAD:  # NaN (one run) compares False
+        label += f" {WALL_MARK}"
+    if r["status"] == "interrupted":
+        label += " ‡"
+    elif r["status"] == "failed":
+        reason = r["reason"] or "failed"
+        label += f" ✗ ({reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + '…'})"
+    return label
+
+
+def _bold(table: pd.DataFrame, rows: list[list[Cell]], columns: list[Column]) -> bool:
+    """Bold the best value of each column with a direction (its shown digits: ties are all
+    bold) among the finished configurations, the frozen reference aside (a yardstick, not a
+    contender); not where fewer than two compete or all show the same. True if any is bold."""
+    candidates = ((table["status"] == "finished") & (table["role"] != "reference")).to_numpy()
+    any_bold = False
+    for j, c in enumerate(columns):
+        if not c.better or c.key not in table.columns:
+            continue
+        column = pd.to_numeric(table[c.key], errors="coerce").to_numpy(dtype=float)
+        values = {i: float(column[i]) for i in candidates.nonzero()[0] if not math.isnan(column[i])}
+        shown = {i: rows[i][j].text for i in values}
+        if len(values) < 2 or len(set(shown.values())) < 2:
+            continue
+        pick = max if c.better == "max" else min
+        best = shown[pick(values, key=values.get)]
+        for i, text in shown.items():
+            if text == best:
+                rows[i][j] = replace(rows[i][j], bold=True)
+                any_bold = True
+    return any_bold
+
+
+def display_rows(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md"
+                 ) -> tuple[list[Column], list[list[Cell]], bool]:
+    """The columns shown, each row's cells (shared by md, latex and html), and whether any
+    cell is bold."""
+    shown = chosen_columns(table, columns, fmt)
     rows = []
-    # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table.
-    for r in table.to_dict("records"):
-        n = int(r["n"])
-        label = r["regime"] + ("*" if r["role"] == "baseline" else "")
-        if r.get(STANDS_FOR):
-            label += f" {ALSO_SEARCHED}"
-        if r["stopped_early"]:
-            label += " †"
-        if r.get("wall_time_spread", 0) > WALL_SPREAD:  # NaN (one run) compares False
-            label += f" {WALL_MARK}"
-        if r["status"] == "interrupted":
-            label += " ‡"
-        elif r["status"] == "failed":
-            label += f" ✗ ({r['reason'] or 'failed'})"
-        cells = [label, r["lr"], r["weights"]]
-        for name in ["overall", "best_epoch", *task_metrics, "train_time_s", "model_size_mb", "peak_memory_mb", *tms]:
-            half = r.get(f"{name}_ci95", math.nan)
-            cells.append(_cell(r[name], half, n, digits.get(name, 3)))
-            if name == "overall" and with_delta:
-                cells.append(_delta_cell(r[delta_col], r[f"{delta_col}_ci95"], r[f"{delta_col}_n"]))
-        if grouped:
-            cells.append(str(n))
+    # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table; and only of the
+    # columns these cells read (a table has some 80).
+    needed = ["regime", "role", "status", "reason", "stopped_early", "wall_time_spread", STANDS_FOR, "n",
+              *(f"{c.key}{part}" for c in shown for part in ("", "_ci95", "_n", "_median", "_min", "_max"))]
+    for r in table[[k for k in dict.fromkeys(needed) if k in table.columns]].to_dict("records"):
+        cells = []
+        for c in shown:
+            if c.key == "regime":
+                cells.append(Cell(_row_label(r)))
+            elif c.key in LABEL_COLUMNS:
+                cells.append(Cell(str(r[c.key])))
+            else:
+                cells.append(_figure_cell(r, c))
         rows.append(cells)
-    return headers, rows
-
-
-TM_HEADERS = {TM_COLUMNS["compute"]: "TM-rel. (compute)", TM_COLUMNS["wall"]: "TM-rel. (wall)"}
-CAPTION = ("* baseline (TM-relative = 1). † stopped early by ASHA (TM time on the full-budget basis). "
-           "‡ interrupted (Ctrl-C, a signal or a tracking outage; `mtbert sweep resume` continues it). "
-           "✗ failed, with its reason; failed and interrupted trials are listed one per row, after the others. "
-           "Epoch is 1-based; seeds grouped as mean ± the half-width of the 95% confidence interval "
-           "(t-distribution, n seeds; one seed shows no interval). Δ overall vs *: the difference to the "
-           "baseline paired by seed (mean of the per-seed differences ± its 95% t-interval; n = seeds both "
-           "ran). Peak mem.: CUDA peak allocated, or on CPU "
-           "the trial process's peak resident set. TM-rel.: (overall / base) x (cost_base / cost) x "
-           "(size_base / size), the cost on the full-budget basis: (compute) counted training FLOPs "
-           "(tm_relative_score_compute), the same on any machine; (wall) measured train time "
-           "(tm_relative_score), which the machine's load moves. The first is the sweep's headline "
-           "(tracking.tm_score).")
+    return shown, rows, _bold(table, rows, shown)
 
 
 def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
@@ -664,55 +799,63 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
     return out
 
 
-def caption(table: pd.DataFrame) -> str:
-    """CAPTION, then a legend entry for each mark only the rows of this table carry."""
-    text = CAPTION
+def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: bool = False, fmt: str = "md") -> str:
+    """A legend for what this table shows: the interval when seeds are grouped, the values
+    every row shares of a label column left out, then an entry for each column that needs
+    one and each mark its rows carry, and no others."""
+    shown = chosen_columns(table, columns, fmt)
+    keys = [c.key for c in shown]
+    finished = table[table["status"] == "finished"]
+    grouped = bool((finished["n"] > 1).any())
+    has_reference = bool((finished["role"] == "reference").any())
+    tms = [k for k in TM_COLUMNS.values() if k in keys]
+    known = all_columns(table)
+    parts = []
+    if grouped:
+        seeds = "n seeds" if "n" in keys or _varies(finished, "n") else f"n = {int(finished['n'].iloc[0])} seeds"
+        parts.append(f"Mean ± half-width of its 95% confidence interval over {seeds}.")
+    shared = [f"{known[k].header} {table[k].iloc[0]}" for k in ("lr", "weights") if k not in keys and not _varies(table, k)]
+    if shared:
+        parts.append("Every row: " + ", ".join(shared) + ".")
+    if bold:
+        parts.append("Bold: best per column" + (" (reference aside)." if has_reference else "."))
+    if bool((finished["role"] == "baseline").any()):
+        parts.append("* baseline" + (" (TM-rel. = 1)." if tms else "."))
+    if DELTA_COLUMN in keys:
+        parts.append(f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran).")
+    if "best_epoch" in keys:
+        parts.append("Epoch: best dev epoch" + (", median (range)." if grouped else "."))
+    if tms:
+        costs = {TM_COLUMNS["compute"]: "counted training FLOPs (compute)", TM_COLUMNS["wall"]: "train time (wall)"}
+        parts.append("TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
+                     + " or ".join(costs[k] for k in tms) + ".")
+    if "peak_memory_mb" in keys:
+        parts.append("Peak mem.: CUDA peak allocated, or peak RSS on CPU.")
+    if bool((table["stopped_early"] > 0).any()):
+        parts.append("† stopped early by ASHA (its cost on the full-budget basis).")
     if "wall_time_spread" in table and bool((table["wall_time_spread"] > WALL_SPREAD).any()):
-        text += (f" {WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart "
-                 "(max/min − 1): its TM-rel. (wall) measured the machine's load, not only the configuration.")
+        parts.append(f"{WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart: "
+                     "its TM-rel. (wall) measured the machine's load too.")
     if STANDS_FOR in table and bool((table[STANDS_FOR].astype(object).fillna("") != "").any()):
-        text += (f" {ALSO_SEARCHED}: a searched configuration identical to the baseline (same config and seed) "
-                 "was trained once, as the baseline: this row is both.")
+        parts.append(f"{ALSO_SEARCHED}: a searched point identical to the baseline, trained once, as the baseline.")
+    if bool((table["status"] == "interrupted").any()):
+        parts.append("‡ interrupted (mtbert sweep resume continues it).")
+    if bool((table["status"] == "failed").any()):
+        parts.append("✗ failed, with its reason.")
     below = below_reference(table)
-    if below is None:
-        return text
-    parts = [f"{name}: {', '.join(rows) if rows else 'none'}" for name, rows in below.items()]
-    return (text + f" {REFERENCE_LABEL}: every encoder layer frozen, linear heads (mtbert.config.REFERENCE); "
-            "rows whose mean is below it: " + "; ".join(parts) + ".")
+    if below is not None:
+        rows = [f"{name}: {', '.join(labels) if labels else 'none'}" for name, labels in below.items()]
+        parts.append(f"{REFERENCE_LABEL}: encoder frozen, linear heads; rows whose mean is below it: "
+                     + "; ".join(rows) + ".")
+    return " ".join(parts)
 
 
-def _markdown(headers: list[str], rows: list[list[str]], text: str = CAPTION, left: int = 3) -> str:
-    """`left`: the label columns, aligned left; the numbers after them right."""
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-    align = ["---"] * left + ["---:"] * (len(headers) - left)
-    return "\n".join([line(headers), "| " + " | ".join(align) + " |", *map(line, rows), "", text]) + "\n"
-
-
-_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-
-
-def _latex_escape(text: str) -> str:
-    out = "".join(_LATEX_ESCAPES.get(c, c) for c in text)
-    return (out.replace("±", r"$\pm$").replace("†", r"$^\dagger$").replace("–", "--")
-            .replace("Δ", r"$\Delta$").replace(WALL_MARK, r"\S{}"))
-
-
-def _latex(headers: list[str], rows: list[list[str]], text: str = CAPTION, left: int = 3) -> str:
-    spec = "l" * left + "r" * (len(headers) - left)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-             " & ".join(map(_latex_escape, headers)) + r" \\", r"\midrule"]
-    lines += [" & ".join(map(_latex_escape, row)) + r" \\" for row in rows]
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{_latex_escape(text)}}}", r"\end{table}"]
-    return "\n".join(lines) + "\n"
-
-
-def _html(headers: list[str], rows: list[list[str]], text: str = CAPTION, css: str = "mtbert-leaderboard") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>\n" for row in rows)
-    return (f"<table class=\"{css}\">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n"
-            f"<caption>{html.escape(text)}</caption>\n</table>\n")
+def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> export.Table:
+    """The table as the printed formats take it (`fmt` picks the default columns)."""
+    shown, rows, bold = display_rows(table, columns, fmt)
+    left = sum(c.key in LABEL_COLUMNS for c in shown)
+    return export.Table([c.header for c in shown], rows, caption(table, columns, bold, fmt), left,
+                        "mtbert-leaderboard")
 
 
 def _csv(table: pd.DataFrame) -> str:
@@ -720,21 +863,29 @@ def _csv(table: pd.DataFrame) -> str:
     return table.to_csv(index=False)
 
 
-def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None) -> str:
-    """The table in `fmt`; md, latex and html follow it with the importance table when given
-    (csv stays one table: the importance is a csv of its own, importance.render)."""
+IMPORTANCE_HEADING = "Importance of the swept dimensions"
+
+
+def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None,
+           columns: Sequence[str] | None = None, title: str = "") -> str:
+    """The table in `fmt` (its `columns`, default_columns when None); md, latex and html follow
+    it with the importance table when given (csv stays one table: the importance is a csv of
+    its own, importance.render). `title` names the sweep in a LaTeX comment and the HTML page."""
     if fmt not in FORMATS:
         raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
     if fmt == "csv":
         return _csv(table)
-    headers, rows = display_rows(table)
-    text = {"md": _markdown, "latex": _latex, "html": _html}[fmt](headers, rows, caption(table))
-    if importance is None or importance.empty:
-        return text
-    from orchestration import importance as imp
+    tables = [export_table(table, columns, fmt)]
+    if importance is not None and not importance.empty:
+        from orchestration import importance as imp
 
-    heading = "\n**Importance of the swept dimensions**\n\n" if fmt == "md" else "\n"
-    return text + heading + imp.render(importance, fmt)
+        tables.append(imp.export_table(importance))
+    title = f"mtbert leaderboard: {title}" if title else "mtbert leaderboard"
+    if fmt == "latex":
+        return export.latex_document(title, tables)
+    if fmt == "html":
+        return export.html_page(title, tables)
+    return f"\n**{IMPORTANCE_HEADING}**\n\n".join(export.markdown(t) for t in tables)
 
 
 # --------------------------------------------------------------------------- Pareto plot
@@ -756,7 +907,145 @@ def cost_axis(table: pd.DataFrame) -> str:
     return "tm_flops" if tm_column(table) == TM_COLUMNS["compute"] and "tm_flops" in table else "tm_time_s"
 
 
+# Model sizes closer than this (max/min − 1) are one marker size: 90.6 and 91.8 MB drawn as
+# the smallest and largest marker would make a 1% difference look like the plot's widest.
+SIZE_SPREAD = 0.05
+# The overall axis spans at least this much: a 0.005 gap between configurations whose
+# intervals are 0.02 wide must not fill the plot's height.
+MIN_SCORE_SPAN = 0.05
+MIN_COST_SPAN = 0.3  # the cost axis spans at least this share of the largest cost
+MARKER_AREA = 60.0  # points², the largest model's marker (areas are proportional to size)
+# Points labelled at most: past it a plot is a cloud, labels would hide it and placing them
+# costs seconds; the Pareto front and the baseline keep theirs (said below the plot).
+MAX_LABELS = 40
+
+
+def point_labels(data: pd.DataFrame) -> list[str]:
+    """The plot's name for each row: its label in the table (regime and marks), with the
+    learning rate and weights added where rows would otherwise share a label."""
+    records = data.to_dict("records")
+    labels = [_row_label(r) for r in records]
+    for label in {x for x in labels if labels.count(x) > 1}:
+        same = [i for i, x in enumerate(labels) if x == label]
+        extra = [k for k in ("lr", "weights") if len({str(records[i][k]) for i in same}) > 1]
+        for i in same:
+            labels[i] = " ".join([label, *(f"lr={records[i][k]}" if k == "lr" else f"w={records[i][k]}"
+                                           for k in extra)])
+    return labels
+
+
+def _halves(data: pd.DataFrame, key: str) -> pd.Series:
+    """A column's 95% CI half-widths, 0 where there is none (one seed)."""
+    col = f"{key}_ci95"
+    return data[col].fillna(0.0) if col in data else pd.Series(0.0, index=data.index)
+
+
+def _score_limits(y: pd.Series, half: pd.Series) -> tuple[float, float]:
+    """Every interval inside, a margin in proportion to the widest, and MIN_SCORE_SPAN at
+    least: the axis never magnifies differences the intervals say are noise."""
+    low, high = float((y - half).min()), float((y + half).max())
+    margin = max(0.5 * float(half.max()), 0.1 * (high - low))
+    span = max(high - low + 2 * margin, MIN_SCORE_SPAN)
+    middle = (low + high) / 2
+    return middle - span / 2, middle + span / 2
+
+
+def _cost_limits(x: pd.Series, half: pd.Series) -> tuple[float, float]:
+    """Every interval inside with a margin, and at least MIN_COST_SPAN of the largest cost
+    wide (from zero when that reaches it): a 2% cost gap never spans the plot's width."""
+    low, high = float((x - half).min()), float((x + half).max())
+    margin = 0.08 * (high - low)
+    span = max(high - low + 2 * margin, MIN_COST_SPAN * high)
+    middle = (low + high) / 2
+    start = max(middle - span / 2, 0.0)
+    return start, start + span
+
+
+def _place_labels(ax, xs: list[float], ys: list[float], labels: list[str], areas: list[float],
+                  xerr: list[float], yerr: list[float]) -> None:
+    """Each point's label ("": none) at the first spot, nearest first on rings around the
+    point, that covers no marker, other label or error bar and stays inside the axes; where
+    none is clear, the spot that covers least (a bar's thin line counting for less than a
+    marker or a word). A label set away from its point gets a leader line."""
+    import math as m
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    scale = ax.figure.dpi / 72  # points to pixels
+    centres = ax.transData.transform(list(zip(xs, ys)))
+    taken = []  # (x0, y0, x1, y1, weight)
+    for (px, py), area in zip(centres, areas):
+        r = m.sqrt(area) / 2 * scale + 1
+        taken.append((px - r, py - r, px + r, py + r, 1.0))
+    for x, y, dx, dy in zip(xs, ys, xerr, yerr):
+        (left, low), (right, high) = ax.transData.transform([(x - dx, y - dy), (x + dx, y + dy)])
+        px, py = ax.transData.transform((x, y))
+        cap = 3 * scale
+        if dy > 0:
+            taken.append((px - cap, low, px + cap, high, 0.3))
+        if dx > 0:
+            taken.append((left, py - cap, right, py + cap, 0.3))
+    angles = [m.radians(a) for a in (45, -45, 135, -135, 0, 180, 90, -90, 20, -20, 160, -160, 70, -70, 110, -110)]
+    spots = [(r * m.cos(a), r * m.sin(a)) for r in (5, 12, 20, 30, 42, 56, 72, 90) for a in angles]
+
+    def overlap(box) -> float:
+        outside = (max(frame.x0 - box.x0, 0) + max(box.x1 - frame.x1, 0)) * box.height + \
+                  (max(frame.y0 - box.y0, 0) + max(box.y1 - frame.y1, 0)) * box.width
+        return outside + sum(w * max(0.0, min(box.x1, x1) - max(box.x0, x0)) * max(0.0, min(box.y1, y1) - max(box.y0, y0))
+                             for x0, y0, x1, y1, w in taken)
+
+    def annotate(i: int, dx: float, dy: float):
+        far = m.hypot(dx, dy) > 6
+        text = ax.annotate(labels[i], (xs[i], ys[i]), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                           ha="left" if dx > 1 else "right" if dx < -1 else "center",
+                           va="bottom" if dy > 1 else "top" if dy < -1 else "center",
+                           arrowprops=dict(arrowstyle="-", lw=0.5, color="0.5", shrinkA=0, shrinkB=3) if far else None)
+        return text, _text_box(text, renderer)
+
+    for i in sorted((i for i, label in enumerate(labels) if label), key=lambda i: -ys[i]):  # "": no label
+        best = None
+        for dx, dy in spots:
+            text, box = annotate(i, dx, dy)
+            cost = overlap(box)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, text, box)
+            else:
+                text.remove()
+            if cost == 0:
+                break
+        box = best[2]
+        taken.append((box.x0, box.y0, box.x1, box.y1, 1.0))
+
+
+def _text_box(text, renderer):
+    """An annotation's text alone: its window extent also spans its leader line, which may
+    cross other labels' lines."""
+    from matplotlib.text import Text
+
+    text.update_positions(renderer)
+    return Text.get_window_extent(text, renderer)
+
+
 def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """pareto_figure as a PNG at `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = pareto_figure(table, title)  # first: it picks matplotlib's file-only backend
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def pareto_figure(table: pd.DataFrame, title: str = ""):
+    """Overall against cost, one point per finished configuration, labelled as its table row,
+    with its seeds' 95% intervals on both axes (where a configuration's seeds differ); axes
+    that cover the intervals and never zoom past a minimum span (_score_limits,
+    _cost_limits); marker area is proportional to model size where sizes differ by more
+    than SIZE_SPREAD, else one size (said below the plot)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -766,36 +1055,64 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
     # Only finished configurations are points.
     data = table[table["status"] == "finished"] if "status" in table else table
     data = data.dropna(subset=["overall", x]) if not data.empty else data
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    if not data.empty:
-        sizes = data["model_size_mb"].fillna(0.0)
-        span = (sizes.max() - sizes.min()) or 1.0
-        marker = 40 + 260 * (sizes - sizes.min()) / span
-        points = ax.scatter(data[x], data["overall"], s=marker, c=sizes, cmap="viridis",
-                            alpha=0.8, edgecolors="black", linewidths=0.5)
-        fig.colorbar(points, ax=ax, label="model size (MB)")
-        base = data[data["role"] == "baseline"]
-        ax.scatter(base[x], base["overall"], marker="*", s=260, c="red", label="baseline", zorder=3)
-        xy = list(zip(data[x], data["overall"]))
-        front = [data.index[i] for i in pareto_front(xy)]
-        fx, fy = data.loc[front, x], data.loc[front, "overall"]
-        ax.step(fx, fy, where="post", color="tab:red", linewidth=1, label="Pareto front")
-        for i in front:
-            ax.annotate(str(data.loc[i, "variant"]), (data.loc[i, x], data.loc[i, "overall"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7)
-        ax.legend(loc="best", fontsize=8)
-    ax.margins(0.12)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=130)
     ax.set_xlabel("training FLOPs on the full epoch budget" if x == "tm_flops"
                   else "train time on the full epoch budget (s)")
     ax.set_ylabel("best dev overall")
-    ax.set_title(title or ("overall vs training compute" if x == "tm_flops" else "overall vs train time"))
+    ax.set_title(title or ("overall vs training compute" if x == "tm_flops" else "overall vs train time"), fontsize=10)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    notes = []
+    if not data.empty:
+        data = data.reset_index(drop=True)
+        xerr, yerr = _halves(data, x), _halves(data, "overall")
+        if bool((yerr > 0).any()) or bool((xerr > 0).any()):
+            ax.errorbar(data[x], data["overall"], xerr=xerr if bool((xerr > 0).any()) else None,
+                        yerr=yerr if bool((yerr > 0).any()) else None, fmt="none", ecolor="0.45",
+                        elinewidth=0.8, capsize=2.5, zorder=1)
+            notes.append(f"bars: 95% confidence interval over seeds (n = {_count(data['n'].min())}"
+                         + (f"–{_count(data['n'].max())})" if data["n"].max() != data["n"].min() else ")"))
+        elif bool((data["n"] == 1).all()):
+            notes.append("one seed per configuration: no intervals")
+        sizes = data["model_size_mb"]
+        low, high = float(sizes.min()), float(sizes.max())
+        by_size = low > 0 and high / low - 1 > SIZE_SPREAD
+        area = MARKER_AREA * sizes / high if by_size else pd.Series(MARKER_AREA * 0.6, index=data.index)
+        if not by_size and high > 0:
+            notes.append(f"model size {low:.1f}–{high:.1f} MB: within {SIZE_SPREAD:.0%}, one marker size"
+                         if high > low else f"model size {low:.1f} MB")
+        front = pareto_front(list(zip(data[x], data["overall"])))
+        on_front = data.index.isin(front)
+        base = (data["role"] == "baseline").to_numpy()
+        others = ~base
+        ax.scatter(data[x][others & ~on_front], data["overall"][others & ~on_front], s=area[others & ~on_front],
+                   c="#9fb7d4", edgecolors="#3b5b85", linewidths=0.6, zorder=2, label="configuration")
+        ax.scatter(data[x][others & on_front], data["overall"][others & on_front], s=area[others & on_front],
+                   c="tab:blue", edgecolors="black", linewidths=0.6, zorder=3, label="on the Pareto front")
+        ax.scatter(data[x][base], data["overall"][base], marker="*", s=area[base] * 3, c="tab:red",
+                   edgecolors="black", linewidths=0.5, zorder=4, label="baseline *")
+        fx, fy = data.loc[front, x], data.loc[front, "overall"]
+        ax.step(fx, fy, where="post", color="tab:blue", linewidth=1, alpha=0.7, zorder=1, label="Pareto front")
+        ax.set_xlim(*_cost_limits(data[x], xerr))
+        ax.set_ylim(*_score_limits(data["overall"], yerr))
+        handles, names = ax.get_legend_handles_labels()
+        if by_size:  # one legend (a second one is left out of the layout): a heading, then two sizes
+            handles += [ax.scatter([], [], s=0, c="none"),
+                        *(ax.scatter([], [], s=MARKER_AREA * mb / high, c="white", edgecolors="0.3")
+                          for mb in (low, high))]
+            names += ["marker area ∝ model size:", f"{low:.1f} MB", f"{high:.1f} MB"]
+        ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+        labels = point_labels(data)
+        if len(data) > MAX_LABELS:
+            labels = [label if on_front[i] or base[i] else "" for i, label in enumerate(labels)]
+            notes.append(f"{len(data)} configurations: labels on the Pareto front and the baseline")
+        fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
+        marks = [a * (3 if is_base else 1) for a, is_base in zip(area, base)]  # the baseline's star is larger
+        _place_labels(ax, list(data[x]), list(data["overall"]), labels, marks, list(xerr), list(yerr))
+    if notes:
+        fig.text(0.01, 0.01, "; ".join(notes), fontsize=7, color="0.35", ha="left", va="bottom")
+    if data.empty:
+        fig.tight_layout()
+    return fig
 
 
 def _local_artifact_dir(artifact_uri: str | None) -> Path | None:
@@ -868,21 +1185,25 @@ log_pareto = log_leaderboard  # the name callers knew
 
 def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
                 sort: str = "overall", plot: str | Path | None = None,
-                importance_plot: str | Path | None = None) -> tuple[str, pd.DataFrame, Any]:
+                importance_plot: str | Path | None = None, columns: Sequence[str] | None = None,
+                say=None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run); draws and logs the Pareto plot if `plot`.
     The importance the parent holds for these runs follows the table (md, latex, html) and is
-    drawn to `importance_plot`; importance.stored says why when there is none."""
+    drawn to `importance_plot`; importance.stored says why when there is none. `columns`:
+    the printed table's (render); `say`: where find_sweep says which sweep it chose."""
     from orchestration.importance import plot_importance, stored
 
-    experiment_id, parent = find_sweep(uri, experiment, sweep)
+    experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     runs = child_runs(uri, experiment_id, parent.info.run_id, *table_keys(parent.data.tags))
     table = sort_table(build_table(runs, parent.data.tags), sort)
     if table.empty:
         raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
+    importance, _ = stored(uri, parent, table)
+    # Rendered first: a --columns typo is one line before any file is written.
+    text = render(table, fmt, importance, columns, title=parent.info.run_name)
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
         log_artifact(uri, parent, path)
-    importance, _ = stored(uri, parent, table)
     if importance is not None and importance_plot is not None:
         plot_importance(importance, importance_plot, title=parent.info.run_name)
-    return render(table, fmt, importance), table, parent
+    return text, table, parent

@@ -3,11 +3,13 @@
 - The experiment's kind: MLflow 3's UI opens an experiment on its GenAI overview ("Traces
   0") unless the experiment tag `mlflow.experimentKind` says `custom_model_development`
   (the values are the UI's ExperimentKind enum); with it, the runs table opens.
-- A saved runs-table view, "mtbert: scores", that the printed link opens: the objective, each
-  task's score, tm_relative_score, time, size and memory, and the swept keys as columns, best
-  first. MLflow 3.17 keeps a saved view as an experiment tag `mlflow.sharedViewState.<key>`
-  (its "Save as new view"; the envelope and state keys are what its JS reads) and opens it
-  from the URL parameter `viewStateShareKey=<key>`.
+- A saved runs-table view, "mtbert: scores", that the printed link opens: the sweep and seed
+  of each row, the objective, each task's score, tm_relative_score, time, size and memory, and
+  the swept keys' params as logged (a loss-weight mapping: one per task) as columns, best
+  first; its chart tab a parallel-coordinates chart of those params against the objective.
+  MLflow 3.17 keeps a saved view as an experiment tag `mlflow.sharedViewState.<key>` (its
+  "Save as new view"; the envelope and state keys are what its JS reads) and opens it from the
+  URL parameter `viewStateShareKey=<key>`.
 - The run's source (`mlflow.source.name` = the sweep file, the git commit) for the Source column.
 - Every trial's training and dev data as MLflow dataset inputs, the tokenization-cache key as
   digest (the same key names the cached file under data.cache_dir), so the Dataset column
@@ -55,19 +57,49 @@ VIEW_KEY = "mtbert"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views (experiment tags)
 VIEW_NAME = "mtbert: scores"
 VIEW_FIGURES = ["tm_relative_score", "train_time_s", "model_size_mb", "peak_memory_mb"]
+# Which sweep and which seed a row is: tags of every run (the sweep run's name, tracking.py).
+SWEEP_RUN_TAG = "sweep_run"
+VIEW_TAGS = [SWEEP_RUN_TAG, "seed"]
+VIEW_CHART = "mtbert-swept"  # the parallel-coordinates chart of the view's chart tab, and its section
+
+
+def swept_params(key: str, values: list[Any]) -> list[str]:
+    """The MLflow params a swept key's values are logged as: the key itself, or for a mapping
+    (loss weights) one param per entry, as mtbert.config.flatten spreads it (loss.weights.sst)."""
+    from mtbert.config import flatten
+
+    return list(dict.fromkeys(name for v in values for name in flatten({key: v}))) or [key]
 
 
 def runs_view(objective: str, task_metrics: list[str], swept: list[str], ascending: bool = False,
               created_ms: int | None = None) -> str:
     """The tag value of the saved view: MLflow's envelope (name, createdAt, updatedAt, state),
     `state` the JSON of the runs table's search facets and UI state it restores. Columns are
-    keyed as the UI keys them (metrics.`name`, params.`name`, attributes.`Dataset`)."""
+    keyed as the UI keys them (tags.`name`, metrics.`name`, params.`name`, attributes.`Dataset`):
+    the sweep and seed of each row, the scores, the swept params as logged (`swept_params`).
+    Its chart tab opens on a parallel-coordinates chart of the swept params against the
+    objective."""
     metrics = list(dict.fromkeys([objective, "overall", *task_metrics, *VIEW_FIGURES]))
-    columns = ([f"metrics.`{m}`" for m in metrics] + [f"params.`{k}`" for k in swept]
-               + ["attributes.`Dataset`", "attributes.`Models`"])
+    columns = ([f"tags.`{t}`" for t in VIEW_TAGS] + [f"metrics.`{m}`" for m in metrics]
+               + [f"params.`{k}`" for k in swept]
+               + ["attributes.`Dataset`", "attributes.`Source`", "attributes.`Models`"])
+    chart = {"uuid": VIEW_CHART, "type": "PARALLEL", "metricSectionId": VIEW_CHART, "deleted": False,
+             "isGenerated": False, "displayName": f"swept dimensions and {objective}", "runsCountToCompare": 100,
+             "selectedParams": list(swept), "selectedMetrics": [objective], "showAllRuns": True}
+    # columns 1: the chart the section's whole width, room for an axis per swept param.
+    section = {"uuid": VIEW_CHART, "name": "Swept dimensions", "display": True, "isReordered": False,
+               "deleted": False, "isGenerated": False, "columns": 1, "cardHeight": 420}
     # columnOrder: the UI lists selected columns alphabetically within their group, else.
+    # columnWidths: about as wide as a column's name (a score a few digits more), not the UI's
+    # default, so that the swept params fit beside the scores.
+    widths = {c: max(84 if c.startswith("metrics.") else 60, min(180, round(6.2 * len(c.split("`")[1])) + 20))
+              for c in columns if not c.startswith("attributes.")}
+    widths[f"tags.`{SWEEP_RUN_TAG}`"] = 170  # its values: <sweep>-<date>-<time>
+    # isAccordionReordered: the chart tab keeps this section first (else it sorts sections by
+    # name, the epoch/ and system/ charts' first); SHOW_ALL: every run in the charts, not 10.
     state = {"orderByKey": f"metrics.`{objective}`", "orderByAsc": ascending, "selectedColumns": columns,
-             "columnOrder": columns}
+             "columnOrder": columns, "columnWidths": widths, "compareRunCharts": [chart],
+             "compareRunSections": [section], "isAccordionReordered": True, "runsHiddenMode": "SHOW_ALL"}
     now = int(time.time() * 1000)
     return json.dumps({"name": VIEW_NAME, "createdAt": created_ms or now, "updatedAt": now,
                        "state": json.dumps(state)})
@@ -75,7 +107,8 @@ def runs_view(objective: str, task_metrics: list[str], swept: list[str], ascendi
 
 def save_runs_view(client, experiment_id: str, objective: str, task_metrics: list[str], swept: list[str],
                    ascending: bool = False) -> None:
-    """Write (or refresh, for this sweep's tasks and keys) the view the sweep's link opens."""
+    """Write (or refresh, for this sweep's tasks and keys) the view the sweep's link opens.
+    `swept`: the params of the swept keys (swept_params)."""
     tag = VIEW_TAG_PREFIX + VIEW_KEY
     created = None
     old = (client.get_experiment(experiment_id).tags or {}).get(tag)
@@ -291,11 +324,14 @@ def _pyfunc_class():
 
 def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str | None = None) -> str:
     """Log a bundle folder to a finished run as a pyfunc model (optionally registered);
-    returns the model URI. The run keeps its status and end time."""
+    returns the model URI. The run keeps its status and end time. A slim bundle is logged
+    self-contained (mtbert/bundle.py): a logged model is what leaves the machine, to places
+    where the pretrained model it names may not be."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
     import mtbert
+    from mtbert.bundle import is_slim, make_self_contained
 
     import logging
     import shutil
@@ -317,6 +353,8 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
             # installed; compiled caches stay behind.
             code = Path(tmp) / "mtbert"
             shutil.copytree(Path(mtbert.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
+            if is_slim(bundle_dir):
+                bundle_dir = make_self_contained(bundle_dir, Path(tmp) / "bundle")
             with fluent_tracking_uri(uri), mlflow.start_run(run_id=run_id):
                 info = mlflow.pyfunc.log_model(
                     name=MODEL_NAME, python_model=_pyfunc_class()(), artifacts={"bundle": str(bundle_dir)},
@@ -342,7 +380,8 @@ def _requirements() -> list[str]:
 
 
 def bundle_dir_of(checkpoint_dir: str | Path) -> Path | None:
-    """The best epoch's bundle inside a trial's checkpoint (train() puts it there)."""
+    """The best epoch's bundle inside a trial's checkpoint (train() puts it there; the trial's
+    output/best links to it once the trial ends)."""
     path = Path(checkpoint_dir) / "best"
     return path if (path / "model.pt").is_file() else None
 

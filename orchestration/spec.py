@@ -92,7 +92,7 @@ class ResourcesSpec:
 @dataclass
 class TrackingSpec:
     uri: str | None = None  # null = --tracking-uri, $MLFLOW_TRACKING_URI, or sqlite:///<cwd>/mlflow.db
-    experiment: str | None = None  # null = the sweep name
+    experiment: str | None = None  # null = the sweep name; --smoke adds SMOKE_SUFFIX
     # A tracking server may restart mid-sweep: writes queue (and trials train) this long
     # before the sweep stops cleanly with a resume command. Seconds.
     outage_s: float = 180.0
@@ -180,6 +180,7 @@ SMOKE_CONFIG: dict[str, Any] = {
     "sampling.steps_per_epoch": 4,
 }
 SMOKE_MAX_POINTS = 3
+SMOKE_SUFFIX = "-smoke"  # of a --smoke run's MLflow experiment: `<experiment>-smoke`
 
 
 def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -216,8 +217,10 @@ class Sweep:
 
     @property
     def experiment(self) -> str:
-        """The MLflow experiment its runs go to."""
-        return self.spec.tracking.experiment or self.name
+        """The MLflow experiment its runs go to; a --smoke run's is its own (SMOKE_SUFFIX), so
+        that synthetic rows never sit among the real sweep's in its table or its MLflow view."""
+        name = self.spec.tracking.experiment or self.name
+        return name + SMOKE_SUFFIX if self.smoke else name
 
     @property
     def objectives(self) -> list[tuple[str, str]]:

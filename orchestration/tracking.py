@@ -11,8 +11,9 @@ Names on a child run:
   metrics  epoch/<name> at step=epoch for every per-epoch figure of train();
            the final figures under the DESIGN names (sst_acc, ..., overall, best_epoch,
            train_time_s, model_size_mb, ..., tm_relative_score, tm_time_s, epochs_run)
-  tags     mlflow.parentRunId, trial_key (stable across resumes), trial_id, variant, role,
-           seed, node, node_ip, git_commit, stopped_early, tm_time_basis, tm_baseline, error
+  tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
+           resumes), trial_id, variant, role, seed, node, node_ip, git_commit, stopped_early,
+           tm_time_basis, tm_baseline, error
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config)
 
@@ -273,11 +274,12 @@ class SweepTracking:
 
     def __init__(self, uri: str, experiment_id: str, parent_run_id: str, sweep_name: str,
                  commit: str | None = None, state_dir: str | Path | None = None, outage_s: float = 180.0,
-                 fresh: bool = False):
+                 fresh: bool = False, run_name: str = ""):
         self.uri = uri
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.sweep_name = sweep_name
+        self.run_name = run_name  # the parent run's: every trial run's sweep_run tag
         self.commit = commit
         self.state_dir = str(Path(state_dir).resolve()) if state_dir else None
         self.outage_s = outage_s
@@ -434,10 +436,12 @@ class SweepTracking:
         mlflow_extras.mark_experiment(client, experiment_id)  # [mlflow_extras] UI opens on model training
         if view:
             mlflow_extras.save_runs_view(client, experiment_id, **view)  # [mlflow_extras] the scores view
-        all_tags = {"sweep": sweep_name, "role": "sweep", **({"git_commit": commit} if commit else {}), **tags}
+        all_tags = {"sweep": sweep_name, mlflow_extras.SWEEP_RUN_TAG: run_name, "role": "sweep",
+                    **({"git_commit": commit} if commit else {}), **tags}
         source = mlflow_extras.source_tags(tags.get("sweep_file"), commit)  # [mlflow_extras]
         run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})
-        tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True)
+        tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
+                       run_name=run_name)
         tracking.source_tags = source  # every trial run gets them too (pickled with the tracking)
         return tracking
 
@@ -480,6 +484,8 @@ class SweepTracking:
         tags = {PARENT_TAG: self.parent_run_id, "sweep": self.sweep_name, "trial_key": key,
                 "trial_id": trial_id, "variant": trial_config["variant"], "role": trial_config["role"],
                 "seed": str(trial_config["seed"])}
+        if self.run_name:  # [mlflow_extras] which sweep a row is, in the saved view
+            tags[mlflow_extras.SWEEP_RUN_TAG] = self.run_name
         if self.commit:
             tags["git_commit"] = self.commit
         if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points

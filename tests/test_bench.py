@@ -70,3 +70,15 @@ def test_recipe_bench_prints_every_arm_and_mfu():
 def test_frozen_cache_bench_compares_both_depths():
     out = run("frozen_cache.py", "--examples", "24", "--epochs", "1")
     assert "freeze = 3" in out and "freeze = all" in out and out.count("epoch ratio") == 2, out
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.skipif(not MINILM.is_dir(), reason="../shared/models/all-MiniLM-L6-v2 absent")
+def test_footprint_bench_keeps_one_model_per_trial_and_heads_only_for_head_only():
+    out = run("footprint.py", "--examples", "16", "--steps", "1", "--epochs", "1")
+    assert "3 of 3 trials finished" in out, out
+    rows = {line[:19].strip(): line[19:].split() for line in out.splitlines() if line.startswith("  ")}
+    assert set(rows) == {"trial", "fine-tuned", "head-only", "frozen reference"}, out
+    assert float(rows["fine-tuned"][-1]) <= 1.1, out  # folder / model: the model once
+    assert float(rows["head-only"][2]) < 10 and float(rows["frozen reference"][2]) < 5, out  # MB

@@ -50,3 +50,12 @@ def test_tables_printing_confidence_intervals_are_read_back_to_seed_std(tmp_path
                            str(tmp_path / "a.md"), str(tmp_path / "b.md")], capture_output=True, text=True)
     assert "Overall ±0.141" in proc.stdout, proc.stdout  # 2 x 0.0707 x sqrt(2 / 2)
     assert proc.returncode == 1 and "OUTSIDE" in proc.stdout
+
+
+def test_a_bold_best_value_is_read_as_its_number(tmp_path):
+    # The leaderboard bolds each column's best: **0.500** ± 0.050 is 0.500 ± 0.050.
+    bold = {"I-I-I k=all*": ("**0.500** ± 0.050", "0.350 ± 0.010"), "I-I-I k=0": ("0.400 ± 0.030", "**0.340** ± 0.020")}
+    assert compare(tmp_path, COMMITTED, bold).returncode == 0
+    far = {**bold, "I-I-I k=0": ("**0.600** ± 0.030", "0.340 ± 0.020")}
+    proc = compare(tmp_path, COMMITTED, far)
+    assert proc.returncode == 1 and "Overall 0.400 -> 0.600 (OUTSIDE)" in proc.stdout, proc.stdout

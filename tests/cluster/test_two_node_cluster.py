@@ -251,7 +251,7 @@ def mlflow_client(stack: Stack, monkeypatch: pytest.MonkeyPatch):
 
 
 def sweep_runs(client, name: str) -> tuple:
-    experiment = client.get_experiment_by_name("smoke")
+    experiment = client.get_experiment_by_name("smoke-smoke")  # every sweep here runs --smoke
     parents = client.search_runs([experiment.experiment_id],
                                  filter_string=f"tags.role = 'sweep' and attributes.run_name = '{name}'")
     assert len(parents) == 1, f"no single parent run named {name}"
@@ -380,6 +380,8 @@ def test_job_code_reaches_nodes_without_the_project(stack: Stack) -> None:
 
 
 # --------------------------------------------------------------------------- MLflow and sweeps
+# The sweeps here log no model (tracking.log_models=none): these tests read runs, not models
+# (test_mlflow_ui does), and logging one costs seconds.
 
 def test_mlflow_requires_sign_in_and_accepts_the_service_name(tracking: Stack) -> None:
     import requests
@@ -403,7 +405,8 @@ def test_sweep_on_the_cluster_uses_both_nodes(tracking: Stack, monkeypatch: pyte
     env = {**stack.ray_env, "MLFLOW_TRACKING_USERNAME": stack.sweeper[0],
            "MLFLOW_TRACKING_PASSWORD": stack.sweeper[1]}
     out = subprocess.run([sys.executable, "-m", "mtbert.cli", "sweep", "run", str(ROOT / "sweeps" / "smoke.yaml"),
-                          "--smoke", "--set", "num_samples=1", "--address", stack.gcs,
+                          "--smoke", "--set", "num_samples=1", "--set", "tracking.log_models=none",
+                          "--address", stack.gcs,
                           "--tracking-uri", stack.mlflow, "--name", "two-nodes"], env=env, cwd=driver_dir, capture_output=True,
                          text=True, timeout=400)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -421,7 +424,8 @@ JOB = """
 import json, time
 from ray.job_submission import JobSubmissionClient
 from orchestration import jobs
-job = jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "num_samples=1", "--name", "as-a-job"],
+job = jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "num_samples=1", "--name", "as-a-job",
+                                                     "--set", "tracking.log_models=none"],
                   {mlflow!r}, follow=True, workdir={workdir!r})
 state = jobs.status(job, {dashboard!r})
 result = {{"job": job, "status": state.status, "stopped": jobs.stop(job, {dashboard!r})}}

@@ -98,6 +98,7 @@ def test_four_task_sweep_with_cs224n_mix_and_a_cascade_into_the_fourth_task(tmp_
                  "train": {"epochs": 2, "batch_size": 8, "device": "cpu"}, "sampling": {"steps_per_epoch": 4}},
         "space": {"optim.lr": [1e-3, 2e-3]},
         "max_concurrent": 2,
+        "tracking": {"log_models": "none"},  # the runs' params and metrics are read, not a model
     }
     (tmp_path / "shapes.yaml").write_text(yaml.safe_dump(sweep))
     proc = cli(["sweep", "run", "shapes.yaml", "--num-cpus", "2"], cwd=tmp_path)

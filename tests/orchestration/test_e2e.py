@@ -16,9 +16,10 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
 from mtbert.train.metrics import tm_relative_score
+from orchestration.mlflow_extras import best_configuration
+from orchestration.stats import mean_ci
 
-from .conftest import (SWEEPS, cli_env, descendants, free_port, mlflow_server_at, run_cli, stop_pids,
-                       write_sweep)
+from .conftest import SWEEPS, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,17 @@ def check_children(client, parent, children, n: int) -> None:
     assert parent.info.status == "FINISHED"
     assert {"sweep.yaml", "search_space.json", "base_config.yaml", "pareto.png"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id)}
+    # Which sweep each row is (the saved view's column), and the sweep's summary on its parent.
+    assert {r.data.tags["sweep_run"] for r in children} == {parent.info.run_name} == {parent.data.tags["sweep_run"]}
+    summary = parent.data.metrics
+    assert (summary["trials"], summary["trials_finished"], summary["trials_failed"],
+            summary["trials_interrupted"]) == (n, n, 0, 0)
+    assert summary["trials_stopped_early"] == sum(r.data.tags["stopped_early"] == "true" for r in children)
+    best = best_configuration(children)
+    mean, half, seeds = mean_ci(r.data.metrics["overall"] for r in best)
+    assert parent.data.tags["best_config"] == best[0].data.tags["variant"]
+    assert summary["best_config_overall"] == pytest.approx(mean) and summary["best_config_n"] == seeds
+    assert summary.get("best_config_overall_ci95") == (pytest.approx(half) if seeds > 1 else None)
 
 
 def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
@@ -81,13 +93,17 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
     # no Ray explaining the token auth of the sweep's own local cluster.
     assert "UserWarning" not in both and "Token authentication" not in both, both[-3000:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client, parents, children = sweep_runs(uri, "smoke")
+    # --smoke keeps to an experiment of its own, out of the real sweep's: `smoke` + `-smoke`.
+    assert "experiment 'smoke-smoke' (--smoke: apart from 'smoke')" in out, out[-3000:]
+    assert "mtbert leaderboard --experiment smoke-smoke" in out, out[-3000:]
+    client, parents, children = sweep_runs(uri, "smoke-smoke")
+    assert client.get_experiment_by_name("smoke") is None
     assert len(parents) == 1
     check_children(client, parents[0], children, n=4)
     result = json.loads(Path(client.download_artifacts(children[0].info.run_id, "result.json",
                                                        str(tmp_path))).read_text())
     assert result["metrics"]["overall"] == children[0].data.metrics["overall"] and result["epochs"]
-    assert (tmp_path / "runs").is_dir() and (tmp_path / "mlartifacts" / "smoke").is_dir()
+    assert (tmp_path / "runs").is_dir() and (tmp_path / "mlartifacts" / "smoke-smoke").is_dir()
     # Every trial's train.log in its own folder of the sweep's storage, reused actor or not
     # (not in Ray's working_dirs/, which Tune never copies back).
     [run_dir] = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
@@ -98,7 +114,11 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
         log = (folder / "train.log").read_text()
         assert f" trial {folder.name.rsplit('_', 1)[0]} pid " in log.splitlines()[0], log  # its own
         assert " epoch 1/" in log and "working folder" not in log, log
-        assert not (folder / "output" / "last").exists() and (folder / "output" / "best").is_dir(), folder
+        assert not (folder / "output" / "last").exists(), folder
+        # One copy of the model: output/best links to the best/ in the trial's last checkpoint.
+        [ckpt] = folder.glob("checkpoint_*")
+        best = folder / "output" / "best"
+        assert best.is_symlink() and best.resolve() == (ckpt / "best").resolve(), folder
     # A trial that ran its whole budget (--smoke: 2 epochs; ASHA may stop others after one)
     # keeps its history and best model in its last checkpoint, not its weights.
     whole = [f for f in trials if " epoch 2/2" in (f / "train.log").read_text()]
@@ -113,24 +133,18 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
     for fmt, marker, baseline in (("md", "| Regime |", "| I-I-I k=all* |"),
                                   ("csv", "variant,role,regime", "baseline,baseline,I-I-I k=all,"),
                                   ("latex", r"\begin{tabular}", "I-I-I k=all* &"),
-                                  ("html", "<table", "<td>I-I-I k=all*</td>")):
-        assert main(["leaderboard", "--experiment", "smoke", "--format", fmt]) == 0
+                                  ("html", "<table", '<td class="label">I-I-I k=all*</td>')):
+        assert main(["leaderboard", "--experiment", "smoke-smoke", "--format", fmt]) == 0
         text = capsys.readouterr().out
         assert marker in text and baseline in text, text
         assert text.count("\n") >= 5
         if fmt == "md":  # the counted-compute score first; the importance the sweep's end computed below
             assert "| TM-rel. (compute) | TM-rel. (wall) |" in text, text
             assert "**Importance of the swept dimensions**" in text and "| sharing.head_regime |" in text, text
-    assert (tmp_path / "runs" / "smoke-pareto.png").is_file()
-    assert (tmp_path / "runs" / "smoke-importance.png").is_file()
+    assert (tmp_path / "runs" / "smoke-smoke-pareto.png").is_file()
+    assert (tmp_path / "runs" / "smoke-smoke-importance.png").is_file()
     assert {"importance.csv", "importance.png"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     print(f"smoke sweep wall time: {wall:.1f}s")
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    with mlflow_server_at(tmp_path, start_timeout_s=90) as uri:
-        yield uri
 
 
 def _wait_for(predicate, timeout: float, what: str, proc=None, log: Path | None = None):
@@ -164,8 +178,9 @@ def _logged_epoch(uri: str, experiment: str, key: str, epoch: int) -> bool:
 
 
 def test_optuna_sweep_survives_a_crashed_trial_and_a_killed_driver(tmp_path, mlflow_server, monkeypatch, capsys):
-    """Against an `mlflow server`: Optuna with two seeds, a trial's worker SIGKILLed (Tune
-    retries it from its checkpoint), then the driver SIGKILLed mid-sweep and `sweep resume`d.
+    """Against an `mlflow server` (the session's shared one): Optuna with two seeds, a trial's
+    worker SIGKILLed (Tune retries it from its checkpoint), then the driver SIGKILLed mid-sweep
+    and `sweep resume`d.
     Every trial must end up exactly once in MLflow, FINISHED, with all its figures."""
     sweep = write_sweep(tmp_path / "resume.yaml",
                         space={"sharing.head_regime": {"type": "choice", "values": ["S-I-I", "I-S-S", "S-S-S"]},
@@ -173,7 +188,8 @@ def test_optuna_sweep_survives_a_crashed_trial_and_a_killed_driver(tmp_path, mlf
                                "loss.weights": {"type": "simplex"}},
                         search={"algorithm": "optuna", "seed": 0}, num_samples=1, seeds=[0, 1],
                         base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 60}},
-                        max_concurrent=1, max_failures=1, tracking={"experiment": "resume"},
+                        # No model logged: nothing here reads one (test_mlflow_ui does).
+                        max_concurrent=1, max_failures=1, tracking={"experiment": "resume", "log_models": "none"},
                         # The baseline is the trial whose worker is killed: a 4th epoch leaves
                         # time to do it after its 2nd (when Tune surely holds a checkpoint).
                         baseline={"sharing.head_regime": "I-I-I", "train.epochs": 4})

@@ -164,7 +164,7 @@ def test_one_seed_per_configuration_has_no_interval():
     top = found[found["figure"] == "overall"].iloc[0]
     assert top["dimension"] == "sharing.head_regime" and top["importance"] > 0.9
     table = imp.render(found, "md").split("\n\n")[0]
-    assert "| sharing.head_regime | 1.00 |" in table and "[" not in table
+    assert "| sharing.head_regime | **1.00** |" in table and "[" not in table  # the key that explains most: bold
     # Too few configurations for a forest: every figure listed, none assessed.
     few = imp.compute(imp.points(runs[runs["tags.variant"].isin(["p000", "p003"])], tags,
                                  "tm_relative_score_compute", SPACE))
@@ -204,6 +204,6 @@ def test_a_baseline_identical_to_a_searched_point_is_trained_once_and_shown_as_b
     assert sorted(runs["tags.stands_for"].fillna("")) == ["", "", "", "", "p000", "p000"]
     table = sort_table(build_table(runs, tracking.client.get_run(tracking.parent_run_id).data.tags))
     text = leaderboard(uri, "dedup")[0]
-    assert "| I-I-I k=all* (also searched) |" in text and "(also searched): a searched configuration" in text
+    assert "| I-I-I k=all* (also searched) |" in text and "(also searched): a searched point identical" in text
     assert imp.eligible_runs(table) == (3, 6)  # the baseline is one of the space's configurations
     tracking.release()

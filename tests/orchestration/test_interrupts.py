@@ -18,9 +18,11 @@ from .test_e2e import _wait_for, check_children, sweep_runs
 
 pytestmark = pytest.mark.slow
 
-# The smoke sweep with epochs long enough to be caught mid-way (ASHA still on).
+# The smoke sweep with epochs long enough to be caught mid-way (ASHA still on). No model
+# logged at the end: no test here reads one (test_mlflow_ui does), and it costs seconds.
+NO_MODEL = {"log_models": "none"}
 SMOKE = ["sweep", "run", str(SWEEPS / "smoke.yaml"), "--smoke", "--num-cpus", "2", "--name", "sig",
-         "--set", "sampling.steps_per_epoch=150", "--set", "train.epochs=3"]
+         "--set", "sampling.steps_per_epoch=150", "--set", "train.epochs=3", "--set", "tracking.log_models=none"]
 
 
 def _epoch_lines(run_dir: Path) -> int:
@@ -47,8 +49,9 @@ def test_signal_then_resume(tmp_path, sig):
     assert code != 0, text[-3000:]
     assert "Traceback" not in text, text[-4000:]
     assert "mtbert sweep resume sig --storage" in text, text[-3000:]
+    assert "Tuner.restore" not in text, text[-3000:]  # one way to resume: mtbert's, not Tune's
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client, parents, children = sweep_runs(uri, "smoke")
+    client, parents, children = sweep_runs(uri, "smoke-smoke")  # --smoke: its own experiment
     assert parents[0].info.status == "KILLED"
     assert not [r for r in children if r.info.status == "RUNNING"]
     interrupted = [r for r in children if r.data.tags.get("interrupted", "false") != "false"]
@@ -63,7 +66,7 @@ def test_signal_then_resume(tmp_path, sig):
 
     done = run_cli(["sweep", "resume", "sig", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    client, parents, children = sweep_runs(uri, "smoke")
+    client, parents, children = sweep_runs(uri, "smoke-smoke")
     check_children(client, parents[0], children, n=4)  # every trial FINISHED once, TM = formula
     assert not [r for r in children if r.data.tags.get("interrupted", "false") != "false"]
     artifacts = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
@@ -74,7 +77,7 @@ def test_signal_then_resume(tmp_path, sig):
 
 def test_two_sweeps_at_once_on_a_new_sqlite_store(tmp_path):
     sweep = write_sweep(tmp_path / "pair.yaml", space={"sharing.head_regime": ["S-I-I"]},
-                        base={"train": {"epochs": 1}}, max_concurrent=1, tracking={"experiment": "pair"})
+                        base={"train": {"epochs": 1}}, max_concurrent=1, tracking={"experiment": "pair", **NO_MODEL})
     uri = f"sqlite:///{tmp_path / 'new.db'}"
     procs = [subprocess.Popen([sys.executable, "-m", "mtbert.cli", "sweep", "run", str(sweep), "--name", name,
                                "--tracking-uri", uri, "--num-cpus", "1"], cwd=tmp_path, env=cli_env(),
@@ -101,7 +104,7 @@ def test_a_deterministic_failure_is_not_retried_nor_resumed(tmp_path):
     sweep = write_sweep(tmp_path / "nan.yaml", space={"optim.lr": {"type": "grid", "values": [1e12]}},
                         base={"train": {"epochs": 2}, "optim": {"grad_clip": 0}},
                         baseline={"optim.lr": 1e-3}, max_concurrent=1, max_failures=2,
-                        tracking={"experiment": "nan"})
+                        tracking={"experiment": "nan", **NO_MODEL})
     proc = run_cli(["sweep", "run", str(sweep), "--name", "nan", "--num-cpus", "1"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # 1: a trial failed
     out = proc.stdout

@@ -20,7 +20,7 @@ def ui_link(base: str, experiment_id: str) -> str:
     return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
             "?workflowType=machine_learning&viewStateShareKey=mtbert")
 
-from .conftest import mlflow_server_at, run_cli, write_sweep
+from .conftest import run_cli, write_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +28,19 @@ TASKS = ("sst", "para", "sts")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlflow-ui")
-    with mlflow_server_at(root) as uri:
-        yield root, uri
+def server(tmp_path_factory, mlflow_server):
+    """The session's shared `mlflow server`; the sweep runs in a folder of its own."""
+    return tmp_path_factory.mktemp("mlflow-ui"), mlflow_server
 
 
 @pytest.fixture(scope="module")
 def sweep(server):
     root, uri = server
+    # The weights are drawn (continuous simplex): still one trial per regime, and a mapping the
+    # saved view shows as a column per task.
     path = write_sweep(root / "ui.yaml",
-                       space={"sharing.head_regime": {"type": "grid", "values": ["S-I-I", "I-S-S"]}},
+                       space={"sharing.head_regime": {"type": "grid", "values": ["S-I-I", "I-S-S"]},
+                              "loss.weights": {"type": "simplex"}},
                        tracking={"experiment": "ui", "register_model": "mtbert-ui"})
     proc = run_cli(["sweep", "run", str(path), "--num-cpus", "2", "--tracking-uri", uri], cwd=root, timeout=500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -83,7 +85,10 @@ def test_best_trial_logs_a_model_that_loads_predicts_and_is_registered(sweep, mo
     assert f"model: {best.data.tags['trial_key']} logged" in out and "registered as 'mtbert-ui'" in out
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
-    model = mlflow.pyfunc.load_model(best.data.tags["model_uri"])
+    try:
+        model = mlflow.pyfunc.load_model(best.data.tags["model_uri"])
+    finally:  # the server outlives this module: leave MLflow's process-wide URI as found
+        mlflow.set_tracking_uri(None)
     got = model.predict(pd.DataFrame({"text": ["a superb film", "an awful film"],
                                       "text2": ["a wonderful movie", None]}))
     assert list(got.columns) == list(TASKS) and len(got) == 2
@@ -92,7 +97,7 @@ def test_best_trial_logs_a_model_that_loads_predicts_and_is_registered(sweep, mo
     assert len(versions) == 1 and versions[0].run_id == best.info.run_id
 
 
-def _dom(url: str, chromium: str) -> str:
+def _dom(url: str, chromium: str, until: str = "Run Name") -> str:
     """The page's DOM once the app has rendered (virtual time lets its requests finish)."""
     dom = ""
     for budget in (20000, 40000):
@@ -101,7 +106,7 @@ def _dom(url: str, chromium: str) -> str:
                                f"--virtual-time-budget={budget}", "--dump-dom", url],
                               capture_output=True, text=True, timeout=240)
         dom = proc.stdout
-        if "Run Name" in dom:
+        if until in dom:
             break
     return dom
 
@@ -119,7 +124,12 @@ def test_the_experiment_page_opens_on_the_runs_table_in_a_browser(sweep):
     assert parent.info.run_name in text
     assert "Run Name" in text and "Dataset" in text and "sst-train" in text
     assert "Traces 0" not in text
-    # The saved view: scores as columns, best first.
+    # The saved view: which sweep and seed, scores as columns, best first, the swept keys as logged.
     assert "mtbert: scores" in text and "Sort: overall" in text
-    for column in ("overall", "sst_acc", "para_acc", "sts_corr", "tm_relative_score", "sharing.head_regime"):
+    for column in ("sweep_run", "seed", "overall", "sst_acc", "para_acc", "sts_corr", "tm_relative_score",
+                   "sharing.head_regime", "loss.weights.sst", "loss.weights.para", "loss.weights.sts"):
         assert f" {column} " in text, column
+    assert "loss.weights " not in text  # the mapping's own param is not logged: its entries are
+    # Its chart tab opens on the swept keys against overall.
+    chart = _dom(link + "&compareRunsMode=CHART", chromium, until="Parallel Coordinates")
+    assert "Swept dimensions" in chart and "Parallel Coordinates" in chart, chart[-3000:]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from .conftest import cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
+from .conftest import SERVER_ENV, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
 from .test_e2e import _wait_for, check_children, sweep_runs
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ class Server:
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
              "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
              "--artifacts-destination", str(self.folder / "artifacts"), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env(**SERVER_ENV))
         deadline = time.monotonic() + 90
         while True:
             try:

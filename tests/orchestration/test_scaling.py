@@ -15,7 +15,8 @@ def test_last_trials_cost_no_more_mlflow_calls_than_the_first(tmp_path):
     lrs = [round(3e-4 * 10 ** (i / 38), 8) for i in range(39)]
     sweep = write_sweep(tmp_path / "forty.yaml", space={"optim.lr": {"type": "grid", "values": lrs}},
                         base={"train": {"epochs": 1}, "sampling": {"steps_per_epoch": 1}},
-                        max_concurrent=2, baseline={"optim.lr": 1e-3}, tracking={"experiment": "forty"})
+                        max_concurrent=2, baseline={"optim.lr": 1e-3},
+                        tracking={"experiment": "forty", "log_models": "none"})  # no model read here
     proc = run_cli(["sweep", "run", str(sweep), "--name", "forty", "--num-cpus", "2"], cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "40 trials, 40 finished" in proc.stdout

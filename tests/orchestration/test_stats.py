@@ -101,7 +101,7 @@ def test_every_format_shows_the_interval_and_delta(table):
     delta, dhalf, _ = paired_delta(CONFIG, BASE)
     assert f"| {mean:.3f} ± {half:.3f} | {delta:+.3f} ± {dhalf:.3f} (n=5) |" in p000
     p001 = next(line for line in lines if line.startswith("| I-S-S"))
-    assert "| 0.900 | +0.300 (n=1) |" in p001  # one seed: no interval
+    assert "| **0.900** | **+0.300** (n=1) |" in p001  # one seed: no interval; the best overall: bold
     assert "95% confidence interval" in md and "paired by seed" in md
     # the reference row is named, and the caption lists who falls below it, task by task
     assert any(line.startswith("| frozen reference |") for line in lines)
@@ -110,7 +110,7 @@ def test_every_format_shows_the_interval_and_delta(table):
     latex = render(table, "latex")
     assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "(n=5)" in latex
     html = render(table, "html")
-    assert "Δ overall vs *" in html and f"{delta:+.3f} ± {dhalf:.3f} (n=5)" in html
+    assert "Δ overall vs *" in html and f'{delta:+.3f} <span class="aside">± {dhalf:.3f} (n=5)</span>' in html
     csv = pd.read_csv(__import__("io").StringIO(render(table, "csv")))
     for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_ci95", "overall_delta_n"):
         assert col in csv.columns

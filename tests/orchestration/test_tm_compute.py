@@ -99,7 +99,7 @@ def test_wall_clock_times_more_than_20_percent_apart_are_marked():
     table = sort_table(build_table(_runs(LOADED), {**TAGS, "tm_score": "compute"}))
     spread = dict(zip(table["variant"], table["wall_time_spread"]))
     assert spread["p000"] == pytest.approx(0.64) and spread["p001"] == pytest.approx(0.10)
-    for fmt, mark in (("md", "§"), ("html", "§"), ("latex", r"\S{}")):
+    for fmt, mark in (("md", "§"), ("html", "§"), ("latex", r"$\S$")):
         text = render(table, fmt)
         marked = [line for line in text.splitlines() if "S-I-I k=all" in line and mark in line]
         assert len(marked) == 1 and "1.300" in marked[0], (fmt, text)  # p000 (compute 1.3): wall 1.000, 0.609

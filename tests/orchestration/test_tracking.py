@@ -184,7 +184,8 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     lines = text.splitlines()
     assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
-    assert "S-I-I k=all" in lines[3] and "0.550 ± 0.635 | +0.140 ± 0.508 (n=2)" in lines[3]
+    # The best of each column bold; the epoch (2 and 3) a lower median and range, never a mean ± interval.
+    assert "S-I-I k=all" in lines[3] and "**0.550** ± 0.635 | **+0.140** ± 0.508 (n=2) | 2 (2–3) |" in lines[3]
     assert "I-S-S k=all †" in lines[4]
     assert "| I-S-S k=all ✗ (ValueError: boom) |" in text  # a failed trial shows, with its reason
     assert "| S-I-I k=all ‡ |" in text  # the run test_no_run_left_running closed: interrupted
@@ -265,8 +266,10 @@ def test_the_experiment_holds_the_saved_scores_view_the_link_opens(swept):
     state = json.loads(envelope["state"])
     assert set(state) <= VIEW_STATE_KEYS
     assert state["orderByKey"] == "metrics.`overall`" and state["orderByAsc"] is False
-    assert state["selectedColumns"][:5] == ["metrics.`overall`", "metrics.`sst_acc`", "metrics.`para_acc`",
-                                            "metrics.`sts_corr`", "metrics.`tm_relative_score`"]
+    # Which sweep and seed a row is, then its scores.
+    assert state["selectedColumns"][:7] == ["tags.`sweep_run`", "tags.`seed`", "metrics.`overall`",
+                                            "metrics.`sst_acc`", "metrics.`para_acc`", "metrics.`sts_corr`",
+                                            "metrics.`tm_relative_score`"]
     assert "params.`sharing.head_regime`" in state["selectedColumns"]
     # A later sweep into the same experiment refreshes the view and keeps its creation time.
     save_runs_view(tracking.client, tracking.experiment_id, "tm_relative_score", ["sst_acc"], [])

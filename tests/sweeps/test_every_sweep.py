@@ -25,7 +25,8 @@ PAPERS = ("hybrid-bert-layer-sharing.txt", "mops-tm-relative-score.txt", "progre
 # One trial at a time: a fresh trial actor spends ~5 CPU-seconds importing torch and
 # transformers, far more than a smoke trial trains, and with one actor per sweep (reused by
 # its trials) CI pays that once per file instead of twice. Concurrency has its own e2e tests.
-SMOKE_SET = ["max_concurrent=1"]
+# No model logged at the end (seconds per sweep): nothing here reads one; test_mlflow_ui does.
+SMOKE_SET = ["max_concurrent=1", "tracking.log_models=none"]
 STUDIES = ("head_sharing", "encoder_sharing", "cascade", "pals", "freezing", "combined")
 
 
@@ -121,7 +122,8 @@ def test_smoke_run_finishes_every_trial(path, sweep_env, monkeypatch):
     assert (outcome.status, outcome.failed) == ("FINISHED", 0), log
 
     client = MlflowClient(sweep_env["uri"])
-    experiment = client.get_experiment_by_name(planned.spec.tracking.experiment or planned.name)
+    experiment = client.get_experiment_by_name(planned.experiment)  # --smoke: `<experiment>-smoke`
+    assert planned.experiment == (planned.spec.tracking.experiment or planned.name) + "-smoke"
     parents = client.search_runs([experiment.experiment_id],
                                  f"tags.role = 'sweep' and attributes.run_name = '{run_name}'")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED", log

@@ -1,0 +1,178 @@
+"""The printed formats of a table (md, latex, html), shared by the leaderboard and the
+importance table: each takes headers, rows of Cells and a caption, and writes the same table.
+
+- md: a GitHub table, the caption below it.
+- latex: a `table*` float that builds with pdflatex as exported: ASCII only (every symbol as a
+  LaTeX command), booktabs rules, shrunk to the text width only when wider (graphicx's
+  \\resizebox), two-line headers, the caption above. The packages it needs are named in a
+  comment on its first lines.
+- html: a page of its own (a small inline stylesheet in booktabs' manner), each table's
+  caption first.
+
+A Cell's `aside` (an interval, a range, a count of seeds) is set smaller in print; `bold`
+marks the best value of its column.
+"""
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    aside: str = ""
+    bold: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[Cell]]
+    caption: str
+    left: int = 1  # the label columns, aligned left; the numbers after them right
+    css: str = "mtbert-table"
+
+
+# --------------------------------------------------------------------------- markdown
+
+def markdown(table: Table) -> str:
+    def cell(c: Cell) -> str:
+        text = f"**{c.text}**" if c.bold else c.text
+        return (f"{text} {c.aside}" if c.aside else text).replace("|", "\\|")
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cells) + " |"
+    align = ["---"] * table.left + ["---:"] * (len(table.headers) - table.left)
+    return "\n".join([line([h.replace("|", "\\|") for h in table.headers]), line(align),
+                      *(line([cell(c) for c in row]) for row in table.rows), "", table.caption]) + "\n"
+
+
+# --------------------------------------------------------------------------- LaTeX
+
+LATEX_PACKAGES = (r"% Needs in the preamble: \usepackage{booktabs} (the rules) and \usepackage{graphicx} "
+                  r"(\resizebox, which shrinks the table to \textwidth only when it is wider).")
+# Math-mode forms where a text command would need the TS1 (textcomp) fonts, which a minimal
+# TeX installation builds with METAFONT on first use or lacks; pdflatex's default encoding
+# would print < > | in text as other glyphs.
+_ESCAPES = {"\\": r"$\backslash$", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+            "{": r"\{", "}": r"\}", "~": r"$\sim$", "^": r"\^{}",
+            "<": "$<$", ">": "$>$", "|": r"$|$",
+            # A bracket after \\ (a row's end) would be read as the row's extra space.
+            "[": "{[}", "]": "{]}",
+            "±": r"$\pm$", "†": r"$^\dagger$", "‡": r"$^\ddagger$", "✗": r"$\times$", "×": r"$\times$",
+            "§": r"$\S$", "Δ": r"$\Delta$", "–": "--", "—": "---", "−": "$-$", "…": r"\ldots{}",
+            "≤": r"$\leq$", "≥": r"$\geq$", "→": r"$\to$", "·": r"$\cdot$", "√": r"$\surd$"}
+
+
+def latex_escape(text: str) -> str:
+    """ASCII LaTeX for any text: the symbols the tables use as commands, accents by their
+    base letter, anything else as '?' (pdflatex stops on a character it has no glyph for)."""
+    out = []
+    for c in text:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif c.isascii():
+            out.append(c)
+        else:
+            base = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
+            out.append(latex_escape(base) if base else "?")
+    return "".join(out)
+
+
+def _latex_header(header: str, align: str) -> str:
+    """A long header on two lines (a nested tabular: no package), split before its unit or
+    bracket, else at the space nearest its middle; the lines bottom-aligned with the others."""
+    lines = _split_header(header)
+    if len(lines) == 1:
+        return latex_escape(header)
+    inner = r"\\".join(latex_escape(x) for x in lines)
+    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
+
+
+def _split_header(header: str) -> list[str]:
+    if len(header) <= 9 or " " not in header:
+        return [header]
+    at = max(header.rfind(" ("), header.rfind(" ["))
+    if at <= 0:
+        spaces = [m.start() for m in re.finditer(" ", header)]
+        at = min(spaces, key=lambda i: abs(i - len(header) / 2))
+    return [header[:at], header[at + 1:]]
+
+
+def _latex_cell(c: Cell) -> str:
+    text = latex_escape(c.text)
+    if c.bold:
+        text = rf"\textbf{{{text}}}"
+    if c.aside:  # set small and tight: a page holds a dozen such columns
+        text += rf"{{\scriptsize\,{latex_escape(c.aside.replace('± ', '±'))}}}"
+    return text
+
+
+def latex(table: Table) -> str:
+    """One table* float (no preamble comment: latex_document puts it first)."""
+    n = len(table.headers)
+    spec = "l" * table.left + "r" * (n - table.left)
+    header = " & ".join(_latex_header(h, "l" if i < table.left else "r") for i, h in enumerate(table.headers))
+    lines = [r"\begin{table*}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+             # Above the table, a small skip below it: article's \belowcaptionskip is zero.
+             rf"\caption{{{latex_escape(table.caption)}}}", r"\smallskip",
+             r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}{!}{%",
+             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule",
+             *(" & ".join(_latex_cell(c) for c in row) + r" \\" for row in table.rows),
+             r"\bottomrule", r"\end{tabular}}", r"\end{table*}"]
+    return "\n".join(lines) + "\n"
+
+
+def latex_document(title: str, tables: list[Table]) -> str:
+    """The floats, after a comment naming what they are and the packages they need."""
+    head = [f"% {latex_escape(title)}"] if title else []
+    return "\n".join([*head, LATEX_PACKAGES, ""]) + "\n".join(latex(t) for t in tables)
+
+
+# --------------------------------------------------------------------------- HTML
+
+STYLE = """\
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1a1a1a;
+       margin: 2rem; line-height: 1.4; }
+h1 { font-size: 1.15rem; font-weight: 600; margin: 0 0 1rem; }
+table { border-collapse: collapse; margin: 0 0 2.5rem; font-size: 0.9rem; }
+caption { caption-side: top; text-align: left; max-width: 60rem; padding-bottom: 0.6rem;
+          font-size: 0.85rem; color: #444; }
+thead th { border-top: 2px solid #1a1a1a; border-bottom: 1px solid #1a1a1a; font-weight: 600;
+           vertical-align: bottom; }
+tbody tr:last-child td { border-bottom: 2px solid #1a1a1a; }
+th, td { padding: 0.3rem 0.5rem; text-align: right; font-variant-numeric: tabular-nums; }
+td { white-space: nowrap; }
+th { max-width: 6.5rem; }  /* a long header wraps rather than widen its column */
+th.label, td.label { text-align: left; }
+tbody tr:nth-child(even) { background: #f5f6f8; }
+.aside { color: #666; font-size: 0.8em; }
+"""
+
+
+def _html_cell(c: Cell, label: bool) -> str:
+    text = html.escape(c.text)
+    if c.bold:
+        text = f"<strong>{text}</strong>"
+    if c.aside:
+        text += f' <span class="aside">{html.escape(c.aside)}</span>'
+    return f'<td class="label">{text}</td>' if label else f"<td>{text}</td>"
+
+
+def html_table(table: Table) -> str:
+    head = "".join(f'<th class="label">{html.escape(h)}</th>' if i < table.left else f"<th>{html.escape(h)}</th>"
+                   for i, h in enumerate(table.headers))
+    body = "".join("<tr>" + "".join(_html_cell(c, i < table.left) for i, c in enumerate(row)) + "</tr>\n"
+                   for row in table.rows)
+    return (f'<table class="{table.css}">\n<caption>{html.escape(table.caption)}</caption>\n'
+            f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n")
+
+
+def html_page(title: str, tables: list[Table]) -> str:
+    heading = f"<h1>{html.escape(title)}</h1>\n" if title else ""
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title or 'mtbert')}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n"
+            f"{heading}{''.join(html_table(t) for t in tables)}</body>\n</html>\n")
