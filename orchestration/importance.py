@@ -54,6 +54,7 @@ N_TREES = 16
 LEVEL = 0.95
 MIN_CONFIGURATIONS = 3
 AT_END_MAX_CONFIGURATIONS = 200  # above: the end of a sweep leaves it to `mtbert importance`
+MAX_NUMERIC_CATEGORIES = 8  # a grid/choice of more numbers than this is read as a range
 CSV = "importance.csv"
 PNG = "importance.png"
 SPACE_DOC = "search_space.json"  # the parent's artifact that describes each dimension (launch.py)
@@ -137,12 +138,15 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
                     for t in tasks if len(set(w := [float(v.get(t, 0.0)) for v in values])) > 1]
         values = labels
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    if numbers and kind not in ("grid", "choice", "simplex"):
+    # A grid or choice of a few numbers stays categorical (freeze -1 is "all", not below 0); a
+    # fine lattice of them is a range, and as categories it would cost fANOVA minutes.
+    ordered = kind not in ("grid", "choice", "simplex") or len(set(values)) > MAX_NUMERIC_CATEGORIES
+    if numbers and ordered:
         if len(set(values)) < 2:
             return []
         if all(isinstance(v, int) for v in values):
             return [(Dim(key, "int", low=min(values), high=max(values)), [int(v) for v in values])]
-        log = kind == "loguniform" and min(values) > 0
+        log = min(values) > 0 and (kind == "loguniform" or max(values) / min(values) >= 10)
         return [(Dim(key, "float", low=float(min(values)), high=float(max(values)), log=log),
                  [float(v) for v in values])]
     labels = [_label(v) for v in values]
@@ -339,8 +343,8 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
     runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id,
                       *_union(table_keys(tags), importance_keys(tags)))
     p = points(runs, tags, headline_tm(tags, runs), space_doc(tracking.uri, parent))
-    if len(p.values) < MIN_CONFIGURATIONS or not p.dims:
-        return False
+    if len(p.values) < MIN_CONFIGURATIONS or len(p.dims) < 2:
+        return False  # with one swept dimension all of the variation is its own: nothing to rank
     if len(p.values) > AT_END_MAX_CONFIGURATIONS:
         log(f"importance of the swept dimensions: {len(p.values)} configurations, more than the end of a "
             f"sweep fits ({AT_END_MAX_CONFIGURATIONS}); `mtbert importance` computes it")

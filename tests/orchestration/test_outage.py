@@ -154,7 +154,7 @@ def test_long_outage_stops_cleanly_and_resume_completes(tmp_path, server):
     assert (storage / "long" / "mlflow_queue.jsonl").read_text().strip()  # the writes wait on disk
 
     server.start()
-    command = re.search(r"`mtbert (sweep resume [^`]+)`", errors[0]).group(1).split()
+    command = re.search(r"`\S*mtbert (sweep resume [^`]+)`", errors[0]).group(1).split()
     elsewhere = tmp_path / "elsewhere"  # --storage finds the sweep from any folder
     elsewhere.mkdir()
     done = run_cli([*command, "--num-cpus", "2"], cwd=elsewhere, timeout=300)

@@ -26,7 +26,7 @@ def test_sweep_with_a_plugin_task(tmp_path):
     (tmp_path / "mytasks.py").write_text(PLUGIN)
     write_sweep(tmp_path / "plugin.yaml", name="plugin",
                 base={"plugins": ["mytasks"], "tasks": ["sst", "polarity"]},
-                space={"optim.lr": [1e-3, 2e-3]}, max_concurrent=2,
+                space={"optim.lr": [2e-3, 3e-3]}, max_concurrent=2,  # neither is the base 1e-3 (the baseline)
                 tracking={"log_models": "none"})  # the table is read, not a model
     proc = run_cli(["sweep", "run", "plugin.yaml", "--num-cpus", "2"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
