@@ -21,8 +21,15 @@ demo: install
 	$(BIN)/mtbert leaderboard --experiment smoke
 	@echo "Browse every run: $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db"
 
+# Workers for the suite (pytest-xdist): its slow tests are mostly processes waiting on one
+# another (Ray starting, a server coming back), so a 2-core runner keeps 3 busy; tests that
+# share a costly fixture stay on one worker, slow ones start first (tests/conftest.py).
+# TEST_WORKERS=0: one process, as before.
+TEST_WORKERS ?= 3
 test: install
-	$(BIN)/python -m pytest -q
+	@start=$$(date +%s); \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
+	took=$$(( $$(date +%s) - start )); echo "make test: $$((took / 60)) min $$((took % 60)) s"; exit $$rc
 
 bench: install
 	$(BIN)/python bench/throughput.py

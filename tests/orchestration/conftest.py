@@ -109,6 +109,11 @@ def stop_pids(pids: list[int], grace_s: float = 10.0) -> None:
             return
 
 
+# As docker/compose.yaml runs it: no server-side jobs (GenAI scorers, trace archival), whose
+# consumer processes would each load all of MLflow at every start.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 @contextmanager
 def mlflow_server_at(root: Path, start_timeout_s: float = 120) -> Iterator[str]:
     """A real `mlflow server` on a free 127.0.0.1 port, its store and artifacts under `root`:
@@ -119,7 +124,7 @@ def mlflow_server_at(root: Path, start_timeout_s: float = 120) -> Iterator[str]:
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
          "--artifacts-destination", str(root / "artifacts"), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env())
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=cli_env(**SERVER_ENV))
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout_s
@@ -135,3 +140,12 @@ def mlflow_server_at(root: Path, start_timeout_s: float = 120) -> Iterator[str]:
     finally:
         stop_pids([proc.pid, *descendants(proc.pid)], grace_s=3)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    """One `mlflow server` for the tests that only talk to it, each in its own experiment
+    (tests/conftest.py runs them on one worker). A test that stops or restarts its server
+    starts its own (test_outage)."""
+    with mlflow_server_at(tmp_path_factory.mktemp("mlflow-server")) as uri:
+        yield uri
