@@ -556,8 +556,7 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics, tags) of the sweep for its parent run: its best configuration
     (mlflow_extras.best_configuration) by its mean overall, the half-width of that mean's 95%
     interval (two seeds or more) and its seeds; and how its trials ended."""
-    from orchestration.mlflow_extras import best_configuration
-    from orchestration.stats import mean_ci
+    from orchestration.mlflow_extras import best_summary
 
     finished = [r for r in runs if r.info.status == "FINISHED"]
     failed = sum(r.info.status == "FAILED" for r in runs)
@@ -565,13 +564,12 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
                "trials_stopped_early": float(sum(r.data.tags.get("stopped_early") == "true" for r in finished)),
                "trials_failed": float(failed), "trials_interrupted": float(len(runs) - len(finished) - failed)}
     tags = {}
-    best = best_configuration(runs)
+    best = best_summary(runs)
     if best:
-        mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
-        metrics.update(best_config_overall=mean, best_config_n=float(n))
-        if n > 1:
-            metrics["best_config_overall_ci95"] = half
-        tags["best_config"] = best[0].data.tags.get("variant", "")
+        metrics.update(best_config_overall=best["overall"], best_config_n=float(best["n"]))
+        if best["n"] > 1:
+            metrics["best_config_overall_ci95"] = best["half"]
+        tags["best_config"] = best["variant"]
     return metrics, tags
 
 
@@ -649,8 +647,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
                            status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
                            reads_s=tracking.sync_s, writer_cpu_s=tracking.live.outbox.busy_cpu_s,
                            experiment_id=tracking.experiment_id)
-    from orchestration.mlflow_extras import best_configuration
-    from orchestration.stats import mean_ci
+    from orchestration.mlflow_extras import best_summary
 
     children = tracking.children()
     for run in children:
@@ -662,14 +659,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
             outcome.finished += 1
             outcome.stopped_early += tags.get("stopped_early") == "true"
         outcome.train_time_s += metrics.get("train_time_s", 0.0)
-    best = best_configuration(children)
-    if best:
-        mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
-        tm = [r.data.metrics["tm_relative_score"] for r in best if "tm_relative_score" in r.data.metrics]
-        outcome.best = {"variant": best[0].data.tags.get("variant"), "trial_key": best[0].data.tags.get("trial_key"),
-                        "overall": mean, "half": half, "n": n,
-                        "seed_overall": best[0].data.metrics["overall"],
-                        "tm_relative_score": sum(tm) / len(tm) if tm else None}
+    outcome.best = best_summary(children)
     if results is not None:
         outcome.trial_time_s = sum(float((r.metrics or {}).get("time_total_s", 0.0)) for r in results)
     return outcome
@@ -678,8 +668,9 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
 def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     best = ""
     if o.best:
-        tm = o.best.get("tm_relative_score")
-        tm = f", TM-relative {tm:.3f}" if tm is not None else ""
+        # The counted-compute score where the runs have it: a loaded machine cannot move it.
+        tm = next(iter(o.best.get("tm", {}).items()), None)
+        tm = f", TM-relative {tm[1]:.3f}" + (" (compute)" if tm[0].endswith("_compute") else "") if tm else ""
         if o.best["n"] > 1:  # judged by its mean over seeds; the model is its best seed
             best = (f"; best configuration {o.best['variant']}: overall {o.best['overall']:.4f} "
                     f"± {o.best['half']:.4f} over {o.best['n']} seeds{tm} (model: its best seed "

@@ -401,6 +401,23 @@ def best_configuration(runs: list) -> list:
     return sorted(best, key=lambda r: -r.data.metrics["overall"])
 
 
+def best_summary(runs: list) -> dict[str, Any]:
+    """The best configuration as the sweep reports it (its summary line, its parent run): its
+    variant, its mean overall with the 95% half-width and n seeds, and its best seed (the model);
+    {} when no trial finished."""
+    from orchestration.stats import mean_ci
+
+    best = best_configuration(runs)
+    if not best:
+        return {}
+    mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
+    top = best[0].data
+    return {"variant": top.tags.get("variant", ""), "trial_key": top.tags.get("trial_key"), "overall": mean,
+            "half": half, "n": n, "seed_overall": top.metrics["overall"],
+            "tm": {name: sum(v) / len(v) for name in ("tm_relative_score_compute", "tm_relative_score")
+                   if (v := [r.data.metrics[name] for r in best if name in r.data.metrics])}}
+
+
 def log_models(tracking, results, which: str, register_as: str | None,
                log=print, runs: list | None = None) -> list[tuple[str, str]]:
     """After a sweep: the best seed of the best configuration (which='best', see

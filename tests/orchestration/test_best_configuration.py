@@ -40,7 +40,7 @@ def test_summary_line_names_the_configuration_its_interval_and_its_model():
     lines: list[str] = []
     outcome = SweepOutcome("s", "runs/s", "sqlite:///m.db", "s", "0" * 32, "FINISHED", trials=9, finished=9,
                            best={"variant": "p001", "trial_key": "p001-s1", "overall": 0.61, "half": 0.0248,
-                                 "n": 3, "seed_overall": 0.62, "tm_relative_score": None})
+                                 "n": 3, "seed_overall": 0.62, "tm": {}})
     _summary(outcome, lines.append)
     assert "best configuration p001: overall 0.6100 ± 0.0248 over 3 seeds (model: its best seed p001-s1, 0.6200)" in lines[0]
 
