@@ -1,5 +1,5 @@
-"""`mtbert sweep run|resume`, `mtbert leaderboard`, `mtbert importance` and `mtbert findings`, registered
-into mtbert's CLI."""
+"""`mtbert sweep run|resume`, `mtbert leaderboard`, `mtbert importance`, `mtbert best` and `mtbert
+findings`, registered into mtbert's CLI."""
 from __future__ import annotations
 
 import argparse
@@ -25,8 +25,20 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
     return _exit_code(outcome)
 
 
+def _dashboard(address: str | None) -> bool:
+    """A Ray dashboard (http://HEAD:8265) rather than an address a driver joins."""
+    return bool(address) and address.startswith(("http://", "https://"))
+
+
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from orchestration.launch import resume_sweep
+
+    if _dashboard(args.address):  # a submitted sweep: its resume is a Ray Job on the head too
+        from orchestration.jobs import submit_resume
+
+        submit_resume(args.sweep, args.address, follow=not args.no_follow, workdir=args.workdir,
+                      python=getattr(args, "python", None))
+        return 0
 
     outcome = resume_sweep(args.sweep, address=args.address, num_cpus=args.num_cpus, storage=args.storage)
     return _exit_code(outcome)
@@ -127,6 +139,19 @@ def cmd_importance(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_best(args: argparse.Namespace) -> int:
+    from orchestration.best import best_model, render
+    from orchestration.tracking import check_tracking
+
+    uri = _existing_store(args.tracking_uri)
+    check_tracking(uri)  # a closed port or a wrong password is one line
+    chose: list[str] = []
+    found = best_model(uri, args.experiment, args.sweep, say=chose.append)
+    _said(chose)
+    sys.stdout.write(render(found, args.format))
+    return 0
+
+
 def cmd_findings(args: argparse.Namespace) -> int:
     from orchestration.claims import read_claims
     from orchestration.findings import findings
@@ -147,8 +172,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)")
+def _ray_options(p: argparse.ArgumentParser, dashboard: str = "") -> None:
+    p.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)" + dashboard)
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
 
 
@@ -169,10 +194,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--storage", help="Ray Tune storage folder (default: <cwd>/runs)")
     run.set_defaults(func=cmd_sweep_run)
 
-    resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died")
-    resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>")
+    resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died (or was stopped)")
+    resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>; with a dashboard "
+                        "--address, the id of the job that ran it (or its folder as the head sees it)")
     resume.add_argument("--storage", help="the Ray Tune storage folder `run` had (default: <cwd>/runs)")
-    _ray_options(resume)
+    _ray_options(resume, "; a Ray dashboard (http://HEAD:8265) resumes a submitted sweep as a Ray Job")
+    # With --address http://HEAD:8265, a sweep submitted as a Ray Job is resumed as one.
+    resume.add_argument("--workdir", help="with a dashboard --address: the folder on the head to run in "
+                        "(default: the one the sweep's job had)")
+    resume.add_argument("--no-follow", action="store_true",
+                        help="with a dashboard --address: return once submitted, do not stream logs")
+    try:
+        from orchestration.jobs import python_option
+    except ImportError:
+        python_option = None
+    if python_option is not None:
+        python_option(resume)
     resume.set_defaults(func=cmd_sweep_resume)
     try:  # submit | status | stop: sweeps as Ray Jobs on a cluster
         from orchestration.jobs import add_job_commands
@@ -206,6 +243,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="seed resamples for the interval (default: importance.RESAMPLES, 100; 0: the estimate alone)")
     imp.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     imp.set_defaults(func=cmd_importance)
+
+    best = subparsers.add_parser("best", help="a sweep's best configuration (by its mean over seeds) and its "
+                                 "best seed's model: run id, models:/ URI, registered version, bundle folder")
+    best.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
+    best.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
+    best.add_argument("--format", default="text", choices=["text", "json"],
+                      help="text: comment lines, then one `mtbert predict --model ...` line per name of the model")
+    best.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
+    best.set_defaults(func=cmd_best)
 
     found = subparsers.add_parser("findings", help="the papers' claims checked against the runs (paired by seed)")
     found.add_argument("files", nargs="*", metavar="SWEEP_FILE",

@@ -1,8 +1,12 @@
-"""Sweeps as Ray Jobs: `mtbert sweep submit | status | stop` against a cluster's dashboard.
+"""Sweeps as Ray Jobs: `mtbert sweep submit | status | stop` (and `sweep resume --address
+http://HEAD:8265`) against a cluster's dashboard.
 
-A job runs `mtbert sweep run FILE ...` as its driver on the head node, so the sweep survives
-the laptop that submitted it going to sleep. What a node that never installed this project
-needs, the job brings:
+A job runs `mtbert sweep run FILE ...` (or `sweep resume RUN_DIR`) as its driver on the head
+node, so the sweep survives the laptop that submitted it going to sleep. It runs with the
+interpreter `--python` names, else the first found of this one (a dashboard on this machine)
+and the head's `python`; one without the project's packages fails in one line that names it
+and what it lacks. `status` reads the sweep's trial counts and best so far from the job's log.
+What a node that never installed this project needs, the job brings:
 
 - the code: `mtbert` and `orchestration` are on the PYTHONPATH of the job driver and of every
   trial process on every node (in the uploaded working directory, or as py_modules when the
@@ -21,7 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shlex
+import socket
 import sys
 import time
 import uuid
@@ -144,20 +150,71 @@ def runtime_env(working_dir: Path) -> dict:
     return env
 
 
-def entrypoint(sweep_file: str, extra_args: Sequence[str] = (), tracking_uri: str | None = None,
-               workdir: str | None = None) -> str:
-    """The shell command the job runs on the head. `python -m` because the console script is
-    not installed where the project comes only as uploaded code. With `workdir` (a folder on
-    the cluster's shared volume) the sweep runs there, so Ray Tune storage and the token cache
-    are one folder seen by every node; the sweep file is still read from the upload."""
-    sweep = shlex.quote(sweep_file)
-    options = list(extra_args) + (["--tracking-uri", tracking_uri] if tracking_uri else [])
-    tail = "".join(f" {shlex.quote(a)}" for a in options)
+def default_python(url: str) -> list[str]:
+    """The interpreters a job tries on the head when `--python` is not given, first found first.
+    Ray offers no public way to ask which Python runs it on the head (its job runs the
+    entrypoint with the head's PATH, which need not hold Ray's own interpreter: a head started
+    as `.venv/bin/ray start --head`), so: where the dashboard is on this machine, this very
+    interpreter; then `python` on the head's PATH (the image's virtualenv, docker/Dockerfile)."""
+    from urllib.parse import urlparse
+
+    host = (urlparse(url).hostname or "").lower()
+    local = host in ("localhost", "::1", socket.gethostname().lower()) or host.startswith("127.")
+    return ([sys.executable] if local else []) + ["python"]
+
+
+# Run by the job's interpreter before the sweep: a Python without the project's packages fails
+# in one line naming itself and what it lacks, not with a traceback deep in the log.
+_CHECK = ('import importlib.util as u, sys; '
+          'm = [n for n in ("ray", "mlflow", "torch", "mtbert") if u.find_spec(n) is None]; '
+          'm and sys.exit("mtbert: error: the job interpreter %s on the head lacks %s; give `sweep submit --python` '
+          'a Python of the head that has them (docs/cluster.md)" % (sys.executable, ", ".join(m)))')
+
+
+def _python_prefix(python: str | Sequence[str]) -> str:
+    """Shell lines that set $PY to the first of the candidate interpreters found on the head
+    and check that it has the project's packages; each failure is one `mtbert: error:` line."""
+    candidates = [python] if isinstance(python, str) else list(python)
+    names = " ".join(shlex.quote(p) for p in candidates)
+    shown = ", ".join(candidates)
+    missing = shlex.quote(f"mtbert: error: no interpreter {shown} on the head; give `sweep submit --python` "
+                          "the path of a Python on the head that has this project's packages (docs/cluster.md)")
+    return (f'for PY in {names}; do command -v "$PY" >/dev/null 2>&1 && break; PY=; done && '
+            f'{{ [ -n "$PY" ] || {{ echo {missing} >&2; exit 127; }}; }} && '
+            f'"$PY" -c {shlex.quote(_CHECK)} && ')
+
+
+class _Uploaded(str):
+    """An argument that is a path inside the upload (the job's starting folder)."""
+
+
+def _job_command(args: Sequence[str], python: str | Sequence[str], workdir: str | None) -> str:
+    """`$PY -m mtbert.cli ARGS` as a job's shell entrypoint. With `workdir` it runs there
+    (created), and an _Uploaded argument still names the file in the upload."""
     if not workdir:
-        return f"exec python -m mtbert.cli sweep run {sweep}{tail}"
-    folder = shlex.quote(workdir)
-    return (f'MTBERT_JOB_DIR="$PWD" && mkdir -p {folder} && cd {folder} && '
-            f'exec python -m mtbert.cli sweep run "$MTBERT_JOB_DIR"/{sweep}{tail}')
+        tail = "".join(f" {shlex.quote(a)}" for a in args)
+        return f'{_python_prefix(python)}exec "$PY" -m mtbert.cli{tail}'
+    tail = "".join(f' "$MTBERT_JOB_DIR"/{shlex.quote(a)}' if isinstance(a, _Uploaded) else f" {shlex.quote(a)}"
+                   for a in args)
+    return (f'{_python_prefix(python)}MTBERT_JOB_DIR="$PWD" && mkdir -p {shlex.quote(workdir)} && '
+            f'cd {shlex.quote(workdir)} && exec "$PY" -m mtbert.cli{tail}')
+
+
+def entrypoint(sweep_file: str, extra_args: Sequence[str] = (), tracking_uri: str | None = None,
+               workdir: str | None = None, python: str | Sequence[str] = "python") -> str:
+    """The shell command the job runs on the head. `python -m` because the console script is
+    not installed where the project comes only as uploaded code; `python`: the interpreter(s)
+    to try, first found first (default_python). With `workdir` (a folder on the cluster's shared
+    volume) the sweep runs there, so Ray Tune storage and the token cache are one folder seen by
+    every node; the sweep file is still read from the upload."""
+    options = list(extra_args) + (["--tracking-uri", tracking_uri] if tracking_uri else [])
+    return _job_command(["sweep", "run", _Uploaded(sweep_file), *options], python, workdir)
+
+
+def resume_entrypoint(run_dir: str, python: str | Sequence[str] = "python", workdir: str | None = None) -> str:
+    """The shell command of a resume job: `mtbert sweep resume RUN_DIR` (the sweep's folder as
+    the head sees it), in `workdir` as the sweep ran."""
+    return _job_command(["sweep", "resume", run_dir], python, workdir)
 
 
 def _sweep_in(working_dir: Path, file: str | Path) -> str:
@@ -195,21 +252,29 @@ def _failure_line(state: JobState) -> str:
 
 def submit(file: str | Path, address: str | None, extra_args: Sequence[str] = (),
            tracking_uri: str | None = None, follow: bool = True, *, workdir: str | None = None,
-           working_dir: str | Path | None = None, out: TextIO | None = None) -> str:
+           working_dir: str | Path | None = None, out: TextIO | None = None,
+           python: str | None = None) -> str:
     """Submit `mtbert sweep run FILE EXTRA_ARGS [--tracking-uri URI]` as a Ray Job and return
     its id. With `follow`, stream its logs until it ends and raise JobFailed (one line: the
     sweep's own error when it printed one) unless it SUCCEEDED. `tracking_uri` is read on
     the cluster: give the address the nodes use (http://mlflow:5000), or leave it to the
-    nodes' $MLFLOW_TRACKING_URI."""
+    nodes' $MLFLOW_TRACKING_URI. `python`: the interpreter on the head (default_python)."""
     root = Path(working_dir) if working_dir else Path.cwd()
     relative = _sweep_in(root, file)
     _check_yaml(file)
     client, url = _client(address)
     job_id = f"mtbert-{Path(relative).stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     with _translated(url):
-        client.submit_job(entrypoint=entrypoint(relative, extra_args, tracking_uri, workdir),
+        client.submit_job(entrypoint=entrypoint(relative, extra_args, tracking_uri, workdir,
+                                                python or default_python(url)),
                           submission_id=job_id, runtime_env=runtime_env(root),
-                          metadata={"mtbert_sweep": relative})
+                          metadata={"mtbert_sweep": relative, "mtbert_workdir": workdir or ""})
+    return _submitted(client, url, job_id, follow, out)
+
+
+def _submitted(client, url: str, job_id: str, follow: bool, out: TextIO | None) -> str:
+    """Say the job was submitted; with `follow`, stream its logs and raise JobFailed unless it
+    SUCCEEDED."""
     stream = out or sys.stdout
     print(f"submitted job {job_id} to {url}", file=stream, flush=True)
     if not follow:
@@ -225,6 +290,96 @@ def submit(file: str | Path, address: str | None, extra_args: Sequence[str] = ()
     if state.status != "SUCCEEDED":
         raise JobFailed(f"job {job_id} {state.status}: {_failure_line(state)}")
     return job_id
+
+
+# --------------------------------------------------------------------------- progress, resume
+# Read from the job's log through the dashboard, the one thing a laptop surely reaches (the
+# MLflow store is named as the head reaches it). The lines are the sweep driver's own
+# (launch.py, callbacks.ProgressPrinter).
+
+_STARTED = re.compile(r"^sweep (?P<name>\S+): .* \| Ray storage (?P<run_dir>.+)$")
+_RESUMED = re.compile(r"^resuming sweep (?P<name>\S+) \| ")
+_COUNTS = re.compile(r"^\[\s*(?P<clock>\d+:\d\d)\] (?P<counts>\d+ running, \d+ finished, .* pending of .*)$")
+_ENDED = re.compile(r"^sweep (?P<name>\S+) (?P<status>FINISHED|KILLED|FAILED) in \S+: (?P<line>.*)$")
+
+
+@dataclass
+class SweepProgress:
+    name: str | None = None  # the sweep run's name
+    run_dir: str | None = None  # its folder in Ray Tune's storage, as the head sees it
+    clock: str | None = None  # the sweep's elapsed time at `counts`
+    counts: str | None = None  # "2 running, 3 finished, ... pending of 8 | best ..."
+    ended: str | None = None  # the driver's summary line, once it ended
+
+
+def sweep_progress(logs: str) -> SweepProgress:
+    found = SweepProgress()
+    for line in logs.splitlines():
+        line = line.rstrip()
+        if m := _STARTED.match(line):
+            found.name, found.run_dir = m["name"], m["run_dir"]
+        elif m := _RESUMED.match(line):
+            found.name = m["name"]
+        elif m := _COUNTS.match(line):
+            found.clock, found.counts = m["clock"], m["counts"]
+        elif m := _ENDED.match(line):
+            found.ended = f"{m['status']}: {m['line']}"
+    return found
+
+
+def _job(client, url: str, job_id: str):
+    with _translated(url, job_id):
+        return client.get_job_info(job_id)
+
+
+def _logs(client, url: str, job_id: str) -> str:
+    with _translated(url, job_id):
+        return client.get_job_logs(job_id)
+
+
+def progress(job_id: str, address: str | None) -> tuple[JobState, SweepProgress]:
+    """The job's state and how far its sweep got, from its log."""
+    client, url = _client(address)
+    state = _state(client, url, job_id)
+    return state, sweep_progress(_logs(client, url, job_id))
+
+
+def submit_resume(ref: str, address: str | None, follow: bool = True, *, workdir: str | None = None,
+                  python: str | None = None, working_dir: str | Path | None = None,
+                  out: TextIO | None = None) -> str:
+    """Continue a submitted sweep on the cluster as a new Ray Job running `mtbert sweep resume`
+    on the head. `ref`: the id of a job that ran it (its log names the sweep's folder) or that
+    folder as the head sees it. The job's working folder (--workdir) is the one the sweep ran
+    in unless given; the code is uploaded from the current folder as `submit` does."""
+    root = Path(working_dir) if working_dir else Path.cwd()
+    client, url = _client(address)
+    try:
+        info = _job(client, url, ref)
+    except UnknownJob:
+        if not ref.startswith("/"):
+            raise JobError(f"{ref}: no job of that id on the Ray cluster at {url}; give the id `sweep submit` "
+                           "printed, or the sweep's folder as the head sees it (/shared/work/runs/NAME)") from None
+        info = None
+    if info is None:
+        run_dir, earlier = ref, {}
+    else:
+        status = str(getattr(info.status, "value", info.status))
+        if status not in TERMINAL:
+            raise JobError(f"job {ref} is {status}: a sweep has one driver at a time; "
+                           f"`{tool('mtbert')} sweep stop {ref} --address {url}` first")
+        earlier = info.metadata or {}
+        run_dir = earlier.get("mtbert_run_dir") or sweep_progress(_logs(client, url, ref)).run_dir
+        if not run_dir:
+            raise JobError(f"job {ref} never started its sweep (its log names no Ray storage); "
+                           f"submit the sweep again")
+    workdir = workdir if workdir is not None else (earlier.get("mtbert_workdir") or None)
+    job_id = f"mtbert-resume-{Path(run_dir).name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    with _translated(url):
+        client.submit_job(entrypoint=resume_entrypoint(run_dir, python or default_python(url), workdir),
+                          submission_id=job_id, runtime_env=runtime_env(root),
+                          metadata={"mtbert_run_dir": run_dir, "mtbert_workdir": workdir or "",
+                                    "mtbert_resumes": ref})
+    return _submitted(client, url, job_id, follow, out)
 
 
 async def _tail(client, job_id: str, stream: TextIO) -> None:
@@ -274,13 +429,25 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.name:
         extra += ["--name", args.name]
     submit(args.file, args.address, extra, args.tracking_uri, follow=not args.no_follow,
-           workdir=args.workdir)
+           workdir=args.workdir, python=args.python)
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    state = status(args.job_id, args.address)
-    print(f"{state.job_id}: {state.status}" + (f" ({state.message})" if state.message else ""))
+    state, found = progress(args.job_id, args.address)
+    if state.status in ("FAILED", "STOPPED"):
+        print(f"{state.job_id}: {state.status}: {_failure_line(state)}")
+    else:
+        print(f"{state.job_id}: {state.status}" + (f" ({state.message})" if state.message.strip()
+                                                   and "\n" not in state.message.strip() else ""))
+    if found.name:
+        print(f"  sweep {found.name}" + (f" (Ray storage on the head: {found.run_dir})" if found.run_dir else ""))
+    if found.counts:
+        print(f"  trials at {found.clock}: {found.counts}")
+    elif state.status in ("PENDING", "RUNNING"):
+        print("  trials: no count yet (the sweep prints one at most every 20 s once its trials run)")
+    if found.ended:
+        print(f"  ended {found.ended}")
     return 0
 
 
@@ -288,6 +455,11 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     requested = stop(args.job_id, args.address)
     print(f"{args.job_id}: " + ("stop requested" if requested else "already ended"))
     return 0
+
+
+def python_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--python", metavar="PATH", help="the Python on the head that runs the sweep (default: this "
+                   "interpreter where the dashboard is on this machine, else `python` on the head's PATH)")
 
 
 def _address_option(p: argparse.ArgumentParser) -> None:
@@ -309,9 +481,10 @@ def add_job_commands(sweep_subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="name of this sweep run")
     p.add_argument("--workdir", help="folder on the cluster's shared volume to run in, so runs/ "
                    "and caches are seen by every node (e.g. /shared/work)")
+    python_option(p)
     p.set_defaults(func=_cmd_submit)
 
-    p = sweep_subparsers.add_parser("status", help="state of a submitted sweep job")
+    p = sweep_subparsers.add_parser("status", help="state of a submitted sweep job: its trials and best so far")
     p.add_argument("job_id")
     _address_option(p)
     p.set_defaults(func=_cmd_status)
@@ -322,5 +495,6 @@ def add_job_commands(sweep_subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_stop)
 
 
-__all__ = ["submit", "status", "stop", "add_job_commands", "runtime_env", "entrypoint", "JobState",
+__all__ = ["submit", "submit_resume", "status", "progress", "sweep_progress", "stop", "add_job_commands",
+           "runtime_env", "entrypoint", "resume_entrypoint", "default_python", "JobState",
            "JobError", "ClusterUnreachable", "ClusterAuthError", "UnknownJob", "JobFailed"]

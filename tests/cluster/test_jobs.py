@@ -44,7 +44,9 @@ def run_entrypoint(command: str, upload: Path, tmp_path: Path) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     recorder = bin_dir / "python"
+    # The interpreter check (`python -c ...`) passes; the sweep's command is recorded.
     recorder.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                        "sys.argv[1] == '-c' and sys.exit(0)\n"
                         "print(json.dumps({'cwd': os.getcwd(), 'argv': sys.argv[1:]}))\n")
     recorder.chmod(recorder.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -72,6 +74,80 @@ def test_entrypoint_with_workdir_runs_in_the_shared_folder(tmp_path: Path) -> No
     assert seen["cwd"] == str(shared)  # created, and the sweep runs there (runs/, caches)
     assert seen["argv"][4] == f"{upload}/sweeps/my sweep.yaml"  # still read from the upload
     assert seen["argv"][5:] == ["--set", "base.note=a b;c"]  # quoted, not split or run
+
+
+def run_shell(command: str, cwd: Path, path: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"PATH": path} if path is not None else {})}
+    return subprocess.run(["/bin/sh", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_entrypoint_takes_the_first_interpreter_found(tmp_path: Path) -> None:
+    # A head started as .venv/bin/ray: its PATH has no `python` with Ray. The interpreter named
+    # first (this one, where the head is local) runs the sweep; a missing one is passed over.
+    command = jobs.entrypoint("sweeps/smoke.yaml", ["--help"], python=[str(tmp_path / "gone"), sys.executable])
+    out = run_shell(command, ROOT, path="/usr/bin:/bin")
+    assert out.returncode == 0 and "usage: mtbert sweep run" in out.stdout, out.stderr
+
+
+def test_an_interpreter_without_the_project_is_one_line(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    python = str(bare / "bin" / "python")
+    upload = tmp_path / "upload"
+    upload.mkdir()  # without the project: mtbert is missing too
+    out = run_shell(jobs.entrypoint("sweeps/smoke.yaml", python=python), upload)
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr == (f"mtbert: error: the job interpreter {python} on the head lacks ray, mlflow, torch, "
+                          "mtbert; give `sweep submit --python` a Python of the head that has them "
+                          "(docs/cluster.md)\n")
+    out = run_shell(jobs.entrypoint("sweeps/smoke.yaml", python=["/no/such/python", "no-such-python"]), upload)
+    assert out.returncode == 127
+    assert out.stderr.startswith("mtbert: error: no interpreter /no/such/python, no-such-python on the head; ")
+    # What `sweep status` and `submit` show of it: the one line.
+    state = jobs.JobState("j", "FAILED", "Job entrypoint command failed with exit code 1, last available logs:\n"
+                          + out.stderr, "")
+    assert jobs._failure_line(state).startswith("no interpreter /no/such/python, no-such-python on the head; ")
+
+
+def test_default_interpreter() -> None:
+    # Ray tells no one which Python runs it on the head: where the dashboard is this machine,
+    # this interpreter; the head's `python` after it (and alone for a remote head).
+    assert jobs.default_python("http://127.0.0.1:8265") == [sys.executable, "python"]
+    assert jobs.default_python("http://localhost:8265") == [sys.executable, "python"]
+    assert jobs.default_python("http://head.example:8265") == ["python"]
+
+
+def test_resume_entrypoint_runs_in_the_sweeps_workdir(tmp_path: Path) -> None:
+    upload, shared = tmp_path / "upload", tmp_path / "shared"
+    upload.mkdir()
+    seen = run_entrypoint(jobs.resume_entrypoint("/shared/work/runs/s 1", workdir=str(shared)), upload, tmp_path)
+    assert seen == {"cwd": str(shared), "argv": ["-m", "mtbert.cli", "sweep", "resume", "/shared/work/runs/s 1"]}
+
+
+SWEEP_LOG = """\
+2026-01-01 12:00:00,000\tINFO job_manager.py:581 -- Runtime env is setting up.
+Running entrypoint for job mtbert-smoke-x: for PY in python; do ...
+sweep smoke-20260101-120000: 4 trials (1 baseline), random search, asha scheduler | MLflow http://mlflow:5000 \
+experiment 'smoke-smoke' (--smoke: apart from 'smoke') parent run 0123 | Ray storage /shared/work/runs/smoke-20260101-120000
+[ 0:02] start   baseline-s0    I-I-I k=all lr=1.0e-03
+[ 0:20] 1 running, 0 finished, 0 stopped early, 0 failed, 3 pending of 4 | best: none yet
+[ 0:41] 2 running, 1 finished, 0 stopped early, 0 failed, 1 pending of 4 | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)
+(pid=123) some trial output
+"""
+
+
+def test_progress_is_read_from_the_drivers_log() -> None:
+    found = jobs.sweep_progress(SWEEP_LOG)
+    assert found.name == "smoke-20260101-120000"
+    assert found.run_dir == "/shared/work/runs/smoke-20260101-120000"
+    assert (found.clock, found.counts) == ("0:41", "2 running, 1 finished, 0 stopped early, 0 failed, 1 pending "
+                                                   "of 4 | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)")
+    assert found.ended is None
+    ended = jobs.sweep_progress(SWEEP_LOG + "sweep smoke-20260101-120000 FINISHED in 1m02s: 4 trials, 4 finished "
+                                "(0 stopped early), 0 failed; best overall 0.4200 (p001-s0)\n")
+    assert ended.ended == "FINISHED: 4 trials, 4 finished (0 stopped early), 0 failed; best overall 0.4200 (p001-s0)"
+    resumed = jobs.sweep_progress("resuming sweep s1 | MLflow sqlite:///m.db parent run 0123\n")
+    assert (resumed.name, resumed.run_dir) == ("s1", None)
 
 
 # --------------------------------------------------------------------------- runtime_env
@@ -148,9 +224,11 @@ def parser() -> argparse.ArgumentParser:
 def test_cli_commands_parse() -> None:
     args = parser().parse_args(["sweep", "submit", "sweeps/smoke.yaml", "--address", "http://h:8265",
                                 "--no-follow", "--set", "a=1", "--set", "b=2", "--smoke",
-                                "--tracking-uri", "http://mlflow:5000", "--workdir", "/shared/work"])
-    assert (args.file, args.address, args.no_follow, args.set, args.smoke, args.tracking_uri, args.workdir) == \
-        ("sweeps/smoke.yaml", "http://h:8265", True, ["a=1", "b=2"], True, "http://mlflow:5000", "/shared/work")
+                                "--tracking-uri", "http://mlflow:5000", "--workdir", "/shared/work",
+                                "--python", "/opt/venv/bin/python"])
+    assert (args.file, args.address, args.no_follow, args.set, args.smoke, args.tracking_uri, args.workdir,
+            args.python) == ("sweeps/smoke.yaml", "http://h:8265", True, ["a=1", "b=2"], True,
+                             "http://mlflow:5000", "/shared/work", "/opt/venv/bin/python")
     assert args.func is jobs._cmd_submit
     for command in ("status", "stop"):
         args = parser().parse_args(["sweep", command, "mtbert-smoke-1", "--address", "http://h:8265"])

@@ -1,0 +1,142 @@
+"""`mtbert best`: what a researcher takes away from a sweep. Its best configuration (judged by
+the mean over seeds, mlflow_extras.best_configuration) and, for that configuration's best
+seed, every name its model goes by: the MLflow run, the logged model, the registered version
+and the bundle folder on disk. Each model line is a `mtbert predict --model ...` command that
+runs as printed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+from orchestration.errors import SweepError
+from orchestration.paths import tool
+
+
+def _children(client, experiment_id: str, parent_run_id: str) -> list:
+    """Every child run of the sweep, page by page (a sweep can pass search_runs' 1,000 a page)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                                  max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _registered(client, run_id: str) -> list[tuple[str, int]]:
+    """(name, version) of each registered model version made from the run, newest first; []
+    where the store has no registry."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"run_id = '{run_id}'")
+    except MlflowException:
+        return []
+    return sorted(((v.name, int(v.version)) for v in versions), key=lambda v: (v[0], -v[1]))
+
+
+def _bundle(parent_tags: dict[str, str], run) -> Path | None:
+    """The trial's output/best in the sweep's Ray storage, where it still exists on this machine
+    (a sweep run on a cluster keeps it on the cluster's volume)."""
+    storage, key = parent_tags.get("ray_experiment"), run.data.tags.get("trial_key")
+    if not storage or not key:
+        return None
+    trial_id = run.data.tags.get("trial_id")
+    # launch._trial_dirname: <trial_key>_<trial id>; any id where a resumed trial got another.
+    folders = [Path(storage) / f"{key}_{trial_id}"] if trial_id else []
+    folders += sorted(Path(storage).glob(f"{key}_*")) if Path(storage).is_dir() else []
+    for folder in folders:
+        best = folder / "output" / "best"
+        if (best / "bundle.json").is_file() or (best / "model.pt").is_file():
+            return best
+    return None
+
+
+def _values(parent_tags: dict[str, str], params: dict[str, str]) -> dict[str, str]:
+    """The swept keys' values of the configuration, as logged (a loss-weight mapping: one per task)."""
+    keys = [k for k in parent_tags.get("space_keys", "").split(",") if k]
+    return {name: value for key in keys for name, value in sorted(params.items())
+            if name == key or name.startswith(key + ".")}
+
+
+def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) -> dict[str, Any]:
+    """The sweep's best configuration and its best seed's model, as a plain dict (the JSON
+    `mtbert best --format json` prints)."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.leaderboard import find_sweep
+    from orchestration.mlflow_extras import best_configuration, best_summary
+
+    experiment_id, parent = find_sweep(uri, experiment, sweep, say)
+    client = MlflowClient(uri)
+    runs = _children(client, str(experiment_id), parent.info.run_id)
+    summary, best = best_summary(runs), best_configuration(runs)
+    if not best:
+        raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
+    top = best[0]
+    tags = top.data.tags
+    registered = _registered(client, top.info.run_id)
+    # Which run the sweep logged its model to: the best seed's, unless the sweep logged none
+    # or (a sweep whose runs changed since) another's.
+    logged = [r for r in runs if r.data.tags.get("model_uri")]
+    bundle = _bundle(parent.data.tags, top)
+    return {
+        "tracking_uri": uri, "experiment": experiment, "sweep": parent.info.run_name,
+        "sweep_run_id": parent.info.run_id,
+        "configuration": summary["variant"], "values": _values(parent.data.tags, top.data.params),
+        "overall": summary["overall"], "ci95_half": None if math.isnan(summary["half"]) else summary["half"],
+        "n": summary["n"], "seeds": sorted((r.data.tags.get("seed") for r in best if r.data.tags.get("seed")),
+                                            key=lambda s: (len(s), s)),
+        "best_seed": {
+            "trial_key": tags.get("trial_key"), "seed": tags.get("seed"), "overall": summary["seed_overall"],
+            "run_id": top.info.run_id, "model_uri": tags.get("model_uri"),
+            "registered": [{"name": n, "version": v, "uri": f"models:/{n}/{v}"} for n, v in registered],
+            "bundle": str(bundle) if bundle is not None else None,
+        },
+        "models_logged_to": [{"trial_key": r.data.tags.get("trial_key"), "run_id": r.info.run_id,
+                              "model_uri": r.data.tags["model_uri"]} for r in logged],
+    }
+
+
+def render_text(found: dict[str, Any]) -> str:
+    """Comment lines that say what was chosen, then one `mtbert predict --model ...` line per
+    name of the model (a shell pastes the whole text: the comments are comments)."""
+    seed = found["best_seed"]
+    interval = (f" ± {found['ci95_half']:.4f} (95%)" if found["ci95_half"] is not None else "")
+    values = " ".join(f"{k}={v}" for k, v in found["values"].items())
+    lines = [f"# sweep {found['sweep']} (parent run {found['sweep_run_id']}) in experiment '{found['experiment']}'",
+             f"# best configuration {found['configuration']}" + (f": {values}" if values else ""),
+             f"#   overall {found['overall']:.4f}{interval} over {found['n']} seed(s) "
+             f"({', '.join(found['seeds'])}), judged by its mean",
+             f"# its best seed {seed['trial_key']} (seed {seed['seed']}): overall {seed['overall']:.4f}, "
+             f"MLflow run {seed['run_id']}"]
+    predict = f"{tool('mtbert')} predict --tracking-uri {shlex.quote(found['tracking_uri'])} --model"
+    if seed["model_uri"]:
+        lines.append(f"{predict} {shlex.quote(seed['model_uri'])}   # the model logged to its run")
+        lines.append(f"{predict} {seed['run_id']}   # its MLflow run (the model it logged)")
+    for reg in seed["registered"]:
+        lines.append(f"{predict} {shlex.quote(reg['uri'])}   # registered as '{reg['name']}', version {reg['version']}")
+    if seed["bundle"]:
+        lines.append(f"{tool('mtbert')} predict --model {shlex.quote(seed['bundle'])}   # the bundle on disk")
+    if not seed["model_uri"]:
+        others = [m for m in found["models_logged_to"] if m["run_id"] != seed["run_id"]]
+        why = (f"the sweep logged its model to {', '.join(m['trial_key'] or m['run_id'] for m in others)}"
+               if others else "the sweep logged none (tracking.log_models: none, or the trial kept no checkpoint)")
+        lines.append(f"# no MLflow model for this seed: {why}")
+    if not seed["bundle"]:
+        lines.append("# no bundle on disk here: the sweep's Ray storage is gone or on another machine")
+    return "\n".join(lines) + "\n"
+
+
+def render(found: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(found, indent=2) + "\n"
+    return render_text(found)
+
+
+__all__ = ["best_model", "render", "render_text"]
