@@ -8,7 +8,7 @@ Comparisons (each prints sequences/s of both arms and their ratio):
                    task's batch through its own full forward, no buckets), same model and
                    data, tuple sampling.
   bi-vs-cross      pairs.encoding: bi vs cross (real step).
-  pcgrad-on-vs-off loss.pcgrad on vs off (real step, tuple sampling).
+  pcgrad-on-vs-off loss.weighting: pcgrad vs static (real step, tuple sampling).
   buckets          train.length_buckets on vs off (one padded batch), real step, with the
                    padding each leaves, for 3-bert and 1-bert.
 Arms alternate in rounds so that machine noise hits both alike; only ratios are stable.
@@ -155,7 +155,7 @@ def main() -> None:
             compare("bi vs cross pairs", Arm("bi", raw, {"pairs.encoding": "bi"}),
                     Arm("cross", raw, {"pairs.encoding": "cross"}), args.steps, args.rounds)
         if "pcgrad-on-vs-off" in only:
-            compare("pcgrad on vs off", Arm("pcgrad", raw, {"loss.pcgrad": True}),
+            compare("pcgrad on vs off", Arm("pcgrad", raw, {"loss.weighting": "pcgrad"}),
                     Arm("plain", raw, {}), args.steps, args.rounds)
         if "buckets" in only:
             for k, name in ((0, "3-bert"), (None, "1-bert")):

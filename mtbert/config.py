@@ -4,23 +4,33 @@ Every user error is a `ConfigError` whose message names the full key path, e.g.
 `config.yaml: sharing.head_regim: unknown key (did you mean 'sharing.head_regime'?)`.
 Dotted `--set key=value` overrides use the same paths, and `flatten()` gives the same
 names as MLflow params, so YAML, CLI and the tracking UI all read alike.
+
+Loading is five named steps (build_config): import the `plugins:` modules, rewrite old
+spellings, build the typed config, `resolve` the defaults that depend on other keys (RECIPES),
+then `validate`, which reads and never writes. Each section's checks are its `check` method,
+beside its fields; a pluggable component (a loss weighting method) owns its settings and
+their checks (mtbert/components.py), as the sharing settings do (mtbert/model/sharing.py) and
+the sampling ones (mtbert/data/samplers.py).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import difflib
+import functools
+import logging
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A user error in a config: one readable line, naming the file and key path."""
+from mtbert.components import WEIGHTINGS, Registry, Settings
+from mtbert.data.samplers import SamplingConfig
+from mtbert.errors import ConfigError
+from mtbert.model.sharing import SharingConfig, check_heads
 
 
 # --------------------------------------------------------------------------- schema
@@ -45,6 +55,10 @@ class ModelConfig:
     # trained for, and what a random-init tiny model learns fastest), the [CLS] state, or
     # BERT's pooler (dense + tanh over [CLS], as the papers use).
     pooling: Literal["mean", "cls", "pooler"] = "mean"
+
+    def check(self) -> None:
+        if not self.max_length > 0:
+            raise ConfigError(f"model.max_length: must be > 0, got {self.max_length}")
 
 
 @dataclass
@@ -89,6 +103,24 @@ class DataConfig:
     max_dev_examples: int | None = None
     cache_dir: str = ".mtbert_cache"  # tokenized datasets, keyed by content
 
+    def check(self, tasks: list[str]) -> None:
+        if self.source == "cs224n" and not self.dir:
+            raise ConfigError("data.dir: required when data.source is cs224n")
+        if self.source == "synthetic" and self.files:
+            t = next(iter(self.files))
+            raise ConfigError(f"data.files.{t}: data.source is synthetic, which reads no files; "
+                              "set data.source: files (or cs224n, whose tasks read data.dir)")
+        for t in self.files:
+            if t not in tasks:
+                raise ConfigError(f"data.files.{t}: '{t}' is not one of tasks {tasks} (the entry "
+                                  "would be read by nothing)")
+        if self.source == "files":
+            for t in tasks:
+                if t not in self.files:
+                    raise ConfigError(f"data.files.{t}: missing (data.source is files)")
+                if not self.files[t].train or not self.files[t].dev:
+                    raise ConfigError(f"data.files.{t}: needs both train and dev paths")
+
 
 @dataclass
 class SmartConfig:
@@ -97,18 +129,9 @@ class SmartConfig:
     step_size: float = 1e-3
     steps: int = 1
 
-
-@dataclass
-class SharingConfig:
-    # k of L encoder layers shared (with the embeddings); the rest are copied per task.
-    # null = all L (1-bert); 0 = 3-bert; L/2 = hybrid-bert.
-    encoder_shared_layers: int | None = None
-    head_regime: str = "I-I-I"  # S/I per hidden head layer; its length is the head depth; none = 0
-    head_share_tasks: list[str] | None = None  # null = all tasks share the S layers
-    # "none" or a chain of configured tasks, upstream first, e.g. sst>para>sts: each head also
-    # reads the (detached) outputs of the heads before it (progressive-layer-sharing.txt).
-    cascade: str = "none"
-    pal_size: int = 0  # PAL projection size d_s; 0 = off
+    def check(self) -> None:
+        if self.weight < 0 or self.steps < 0:
+            raise ConfigError("loss.smart: weight and steps must be >= 0")
 
 
 @dataclass
@@ -118,10 +141,22 @@ class HeadsConfig:
     task_dropout: dict[str, float] | None = None  # per-task override (progressive paper)
     pooled_layernorm: bool = False  # LayerNorm on the pooled output (progressive paper)
 
+    def check(self, tasks: list[str]) -> None:
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"heads.dropout: must be in [0, 1), got {self.dropout}")
+        for t, p in (self.task_dropout or {}).items():
+            _check_task_key("heads.task_dropout", t, tasks)
+            if not 0 <= p < 1:
+                raise ConfigError(f"heads.task_dropout.{t}: must be in [0, 1), got {p}")
+
 
 @dataclass
 class FreezeConfig:
     layers: int = 0  # embeddings + the first n encoder layers get no updates; -1 = whole encoder
+
+    def check(self) -> None:
+        if self.layers < -1:
+            raise ConfigError("freeze.layers: must be >= 0, or -1 for the whole encoder")
 
 
 @dataclass
@@ -147,6 +182,16 @@ class OptimConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # max grad norm; 0 = off
 
+    def check(self) -> None:
+        for key in ("lr", "head_lr", "layer_decay"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"optim.{key}: must be > 0, got {getattr(self, key)}")
+        if self.layer_decay > 1:
+            raise ConfigError(f"optim.layer_decay: must be in (0, 1] (lower layers get smaller rates), "
+                              f"got {self.layer_decay}")
+        if self.warmup < 0 or (self.warmup >= 1 and not float(self.warmup).is_integer()):
+            raise ConfigError(f"optim.warmup: a ratio in [0, 1) or a whole number of steps, got {self.warmup}")
+
 
 # Defaults for the null optim keys, by kind of encoder. Pretrained: 5e-5 for the encoder, the
 # upper end of the usual BERT fine-tuning range (2e-5..5e-5), because CPU budgets are a few
@@ -164,28 +209,7 @@ RECIPES = {
 }
 
 
-@dataclass
-class UncertaintyConfig:
-    # Kendall et al. 2018: one learned log-variance s_i per task, loss sum_i exp(-s_i) L_i + s_i.
-    init: float = 0.0  # s_i at the start; 0 = every weight 1
-
-
-@dataclass
-class GradNormConfig:
-    # Chen et al. 2018: weights pulled toward equal gradient norms on the last shared layer,
-    # faster for tasks whose loss falls slower; alpha sets that pull (paper: 0.12 to 3).
-    alpha: float = 1.5
-    lr: float = 0.025  # Adam rate of the weights themselves (they have their own optimizer)
-
-
-@dataclass
-class DwaConfig:
-    temperature: float = 2.0  # Liu et al. 2019: softness of the softmax over loss ratios (paper: 2)
-
-
-@dataclass
-class CagradConfig:
-    c: float = 0.4  # Liu et al. 2021: radius of the ball around the mean gradient; 0 = the mean gradient
+WEIGHT_SUM_TOLERANCE = 5e-3  # as a sweep's simplex: weights may be written rounded (0.333 for 1/3)
 
 
 @dataclass
@@ -194,28 +218,38 @@ class LossConfig:
     # {sst: 0.7, sts: 0.3} trains para on nothing. Not normalised: a sum other than 1 would
     # silently scale the learning rate, so it is an error. null = equal weights.
     weights: dict[str, float] | None = None
-    # How the per-task losses become one update: a name from mtbert.train.weighting.WEIGHTINGS.
-    # static = sum of loss.weights x loss; the others are the papers' methods, each with its
-    # own settings below. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
-    weighting: str = "static"
+    # How the per-task losses become one update: a method of mtbert/train/weighting/, by name
+    # (`weighting: dwa`) or with its own settings (`weighting: {name: cagrad, c: 0.4}`; each
+    # method's Settings, beside its code, lists them). static = sum of loss.weights x loss; the
+    # others are the papers' methods. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
+    weighting: Annotated[Settings, WEIGHTINGS] = field(default_factory=lambda: Settings(WEIGHTINGS.default))
     # Older spelling of `weighting: pcgrad`, kept so existing sweeps run unchanged.
     pcgrad: bool = False
-    uncertainty: UncertaintyConfig = field(default_factory=UncertaintyConfig)
-    gradnorm: GradNormConfig = field(default_factory=GradNormConfig)
-    dwa: DwaConfig = field(default_factory=DwaConfig)
-    cagrad: CagradConfig = field(default_factory=CagradConfig)
     smart: SmartConfig = field(default_factory=SmartConfig)
 
-
-@dataclass
-class SamplingConfig:
-    strategy: Literal["round_robin", "proportional", "annealed", "uniform", "tuple", "temperature"] = "round_robin"
-    steps_per_epoch: int | None = None  # null = one pass over the largest task (tuple) / all tasks
-    # temperature strategy (jiant's): p_i ∝ N_i^(1/T); T = 1 is proportional, large T near uniform.
-    temperature: float = 2.0
-    # temperature strategy: N_i counted as min(N_i, size_cap), so one huge task (Quora) cannot
-    # take nearly every step; null = no cap.
-    size_cap: int | None = None
+    def check(self, cfg: Config) -> None:
+        if self.weights is not None:
+            for t, w in self.weights.items():
+                _check_task_key("loss.weights", t, cfg.tasks)
+                if w < 0:
+                    raise ConfigError(f"loss.weights.{t}: must be >= 0, got {w}")
+            total = sum(self.weights.get(t, 0.0) for t in cfg.tasks)
+            if total <= 0:
+                raise ConfigError("loss.weights: at least one weight must be positive")
+            if abs(total - 1) > WEIGHT_SUM_TOLERANCE:
+                left_out = [t for t in cfg.tasks if t not in self.weights]
+                note = f"; {', '.join(left_out)} weigh 0" if left_out else ""
+                raise ConfigError(f"loss.weights: must sum to 1, got {total:g}{note} (not normalised: "
+                                  f"a larger sum would act as a larger learning rate)")
+        # The method's settings were typed by its own class at build; their ranges and the
+        # method's needs of the rest of the config are its own checks.
+        method = WEIGHTINGS.lookup(self.weighting.name, "loss.weighting")
+        if not isinstance(self.weighting, method.Settings):
+            raise ConfigError(f"loss.weighting: {self.weighting.name} takes {method.Settings.__qualname__}, "
+                              f"got {type(self.weighting).__qualname__}")
+        self.weighting.check("loss.weighting")
+        method.check_config(self.weighting, "loss.pcgrad" if self.pcgrad else "loss.weighting", cfg)
+        self.smart.check()
 
 
 @dataclass
@@ -246,9 +280,14 @@ class TaskOptions:
     max_length: int | None = None
     # regression: the usual head (MLP on the pooled vector, or on [u, v, |u-v|, u*v] for a
     # bi-encoded pair); cosine: cos(u, v) of the two sentence vectors mapped to the label range,
-    # for a similarity pair task (regression kind, pairs.encoding: bi). null = regression,
-    # except for sts, where sts.head decides.
+    # for a similarity pair task (regression kind, pairs.encoding: bi); cosine_mlp: the same
+    # cosine after the task's hidden head layers (as sts.head). null = regression, except for
+    # sts, where sts.head decides.
     head: Literal["regression", "cosine", "cosine_mlp"] | None = None
+
+    def check(self, task: str) -> None:
+        if self.max_length is not None and self.max_length <= 0:
+            raise ConfigError(f"task_options.{task}.max_length: must be > 0, got {self.max_length}")
 
 
 @dataclass
@@ -287,6 +326,15 @@ class TrainConfig:
     # pretrained layers; from probed heads the run starts at the frozen reference's level.
     probe: bool = False
 
+    def check(self) -> None:
+        for key in ("grad_accum", "epochs", "batch_size"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"train.patience: must be >= 1 (or null), got {self.patience}")
+        if self.frozen_cache_mb < 0:
+            raise ConfigError(f"train.frozen_cache_mb: must be >= 0 (0 = off), got {self.frozen_cache_mb}")
+
 
 @dataclass
 class Config:
@@ -310,9 +358,7 @@ class Config:
 
     # Derived helpers -------------------------------------------------------------
     def head_regime(self) -> list[str]:
-        # "none": no hidden head layer, each task's output layer reads the pooled vector
-        # (a linear probe: logistic regression for the classification tasks).
-        return [] if self.sharing.head_regime == "none" else self.sharing.head_regime.split("-")
+        return self.sharing.regime()
 
     def max_length(self, task: str) -> int:
         opts = self.task_options.get(task)
@@ -347,15 +393,24 @@ def _type_name(tp) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
+def _registry(tp) -> Registry | None:
+    return next((m for m in typing.get_args(tp)[1:] if isinstance(m, Registry)), None)
+
+
 def _build(tp, value: Any, path: str):
     """Coerce `value` to type `tp` or raise ConfigError naming `path`."""
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        registry = _registry(tp)
+        if registry is not None:
+            return _build_component(registry, value, path)
+        return _build(typing.get_args(tp)[0], value, path)
     if dataclasses.is_dataclass(tp):
         if value is None:
             value = {}
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        hints = typing.get_type_hints(tp)
+        hints = typing.get_type_hints(tp, include_extras=True)
         names = [f.name for f in dataclasses.fields(tp)]
         kwargs = {}
         for key, sub in value.items():
@@ -420,6 +475,31 @@ def _build(tp, value: Any, path: str):
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
 
 
+def _build_component(registry: Registry, value: Any, path: str) -> Settings:
+    """`name` or `{name: ..., <setting>: ...}` -> the Settings of that registered component."""
+    if isinstance(value, Settings):
+        value = dataclasses.asdict(value)
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a {registry.what} name, or a mapping of its name and its "
+                          f"settings ({{name: {registry.default}}}), got {value!r}")
+    if "name" not in value:
+        raise ConfigError(f"{path}.name: missing; which {registry.what} the settings are for "
+                          f"({', '.join(registry.load())})")
+    name = value["name"]
+    registry.lookup(name, path)
+    settings = registry.settings_of(name)
+    own = [f.name for f in dataclasses.fields(settings) if f.name != "name"]
+    for key in value:
+        if key != "name" and key not in own:
+            close = difflib.get_close_matches(str(key), own, n=1, cutoff=0.5)
+            hint = f" (did you mean '{path}.{close[0]}'?)" if close else ""
+            has = f"its settings: {', '.join(own)}" if own else "it has none"
+            raise ConfigError(f"{path}.{key}: not a setting of {registry.what} {name}{hint}; {has}")
+    return _build(settings, value, path)
+
+
 # Public name: the sweep spec types its own schema with the same rules and messages.
 coerce = _build
 
@@ -428,14 +508,35 @@ def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
+@functools.cache
+def component_keys() -> dict[str, Registry]:
+    """Dotted config key -> Registry of each component slot (loss.weighting)."""
+    out: dict[str, Registry] = {}
+
+    def walk(tp, prefix: str) -> None:
+        for name, hint in typing.get_type_hints(tp, include_extras=True).items():
+            if typing.get_origin(hint) is Annotated and _registry(hint) is not None:
+                out[prefix + name] = _registry(hint)
+            elif dataclasses.is_dataclass(hint):
+                walk(hint, f"{prefix}{name}.")
+
+    walk(Config, "")
+    return out
+
+
 def flatten(d: dict | Any, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': 1}} -> {'a.b': 1}; lists and None stay values (MLflow params)."""
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists and None stay values (MLflow params). A component
+    gives its name under its own key and each setting below it: loss.weighting = cagrad,
+    loss.weighting.c = 0.4 (so the tables that read the method by its key still do)."""
     if dataclasses.is_dataclass(d):
         d = dataclasses.asdict(d)
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
+        if key in component_keys() and isinstance(v, dict):
+            out[key] = v.get("name")
+            out.update(flatten({s: x for s, x in v.items() if s != "name"}, key + "."))
+        elif isinstance(v, dict) and v:
             out.update(flatten(v, key + "."))
         else:
             out[key] = v
@@ -458,8 +559,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 def set_dotted(d: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     node = d
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if isinstance(child, str) and ".".join(parts[:i + 1]) in component_keys():
+            node[part] = {"name": child}  # a component named alone keeps its name under a setting
+        elif not isinstance(child, dict):
             node[part] = {}
         node = node[part]
     node[parts[-1]] = value
@@ -501,8 +605,11 @@ def build_config(raw: dict | None = None, overrides: list[str] | dict | None = N
     for key, value in items:
         set_dotted(raw, key, value)
     try:
-        cfg = _build(Config, raw, "")
-        resolve_recipe(cfg)
+        # Plugins first: a plugin's task or weighting method (and its settings) must be known
+        # before the keys that name it are read.
+        import_plugins(_build(list[str], raw.get("plugins", []), "plugins"))
+        cfg = _build(Config, upgrade_old_spellings(raw), "")
+        resolve(cfg)
         validate(cfg)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
@@ -526,7 +633,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 def import_plugins(names: list[str]) -> list[types.ModuleType]:
     """Import the modules named in `plugins:`; importing is a plugin's whole interface.
 
-    The usual plugin registers a task (mtbert.tasks.register_task) at import. Every process
+    The usual plugin registers a task (mtbert.tasks.register_task) or a loss weighting method
+    with its settings (mtbert.train.weighting.register_weighting) at import. Every process
     that builds a config runs this first (the CLI, a sweep's driver and each of its Ray
     trials, to which the sweep ships the modules), so the task is known wherever the config
     is checked. A module is looked up on sys.path, then in the working directory, as
@@ -577,43 +685,69 @@ def resolve_recipe(cfg: Config) -> Config:
     return cfg
 
 
-WEIGHT_SUM_TOLERANCE = 5e-3  # as a sweep's simplex: weights may be written rounded (0.333 for 1/3)
+def resolve(cfg: Config) -> Config:
+    """The values that follow from other keys, filled in before validate (which only reads):
+    the recipe's null keys, and the cascade in its one spelling (`sst>para`, as MLflow shows it)."""
+    resolve_recipe(cfg)
+    if cfg.sharing.cascade != "none":
+        cfg.sharing.cascade = ">".join(cfg.sharing.chain())
+    return cfg
 
 
-def _check_per_task(cfg: Config) -> None:
-    """Mappings keyed by task name: a key that is not a configured task would be ignored."""
-    from mtbert.tasks import get_task
+_said: set[str] = set()
 
-    for key, mapping in (("heads.task_dropout", cfg.heads.task_dropout or {}),
-                         ("task_options", cfg.task_options)):
-        for t in mapping:
-            if t not in cfg.tasks:
-                close = difflib.get_close_matches(t, cfg.tasks, n=1, cutoff=0.5)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise ConfigError(f"{key}.{t}: '{t}' is not one of tasks {cfg.tasks}{hint}")
-    for t, p in (cfg.heads.task_dropout or {}).items():
-        if not 0 <= p < 1:
-            raise ConfigError(f"heads.task_dropout.{t}: must be in [0, 1), got {p}")
-    for t, opts in cfg.task_options.items():
-        if opts.max_length is not None and opts.max_length <= 0:
-            raise ConfigError(f"task_options.{t}.max_length: must be > 0, got {opts.max_length}")
-    for t in cfg.tasks:
-        if cfg.task_head(t) not in ("cosine", "cosine_mlp"):
-            continue
-        key = f"task_options.{t}.head" if t in cfg.task_options and cfg.task_options[t].head else "sts.head"
-        task = get_task(t)
-        if not task.pair or task.kind != "regression":
-            raise ConfigError(f"{key}: cosine scores a sentence pair on a scale; '{t}' is a "
-                              f"{task.kind}{' pair' if task.pair else ' single-sentence'} task")
-        if cfg.pairs.encoding != "bi":
-            raise ConfigError(f"{key}: cosine needs pairs.encoding: bi (two sentence vectors)")
+
+def _deprecated(message: str) -> None:
+    """One line per old spelling and process (a sweep builds its configs many times)."""
+    if message not in _said:
+        _said.add(message)
+        logging.getLogger("mtbert.config").warning("deprecated: %s", message)
+
+
+def upgrade_old_spellings(raw: dict) -> dict:
+    """Old spellings rewritten to today's, each with a deprecation line, so that older sweeps,
+    bundles and `--set`s load unchanged: `loss.pcgrad: true` (loss.weighting: pcgrad) and a
+    method's settings under `loss.<method>` (`loss.cagrad.c: 0.2` is `loss.weighting: {name:
+    cagrad, c: 0.2}`). Old settings are checked under the key they were written at, also for
+    a method that is not chosen (they were, before)."""
+    loss = raw.get("loss")
+    if not isinstance(loss, dict):
+        return raw
+    weighting = loss.get("weighting")
+    chosen = weighting.get("name") if isinstance(weighting, dict) else weighting
+    if loss.get("pcgrad") is True:
+        if chosen not in (None, "static", "pcgrad"):
+            raise ConfigError(f"loss.pcgrad: true is the old spelling of loss.weighting: pcgrad and cannot "
+                              f"be combined with loss.weighting: {chosen}; drop loss.pcgrad")
+        _deprecated("loss.pcgrad: true is the old spelling of loss.weighting: pcgrad")
+        chosen = "pcgrad"
+        loss["weighting"] = {**weighting, "name": chosen} if isinstance(weighting, dict) else chosen
+    own = {f.name for f in dataclasses.fields(LossConfig)}
+    for method in [k for k in loss if k not in own and k in WEIGHTINGS.load()]:
+        key, block = f"loss.{method}", loss.pop(method)
+        block = {} if block is None else block
+        if not isinstance(block, dict):
+            raise ConfigError(f"{key}: expected a mapping of {method}'s settings, got {block!r}")
+        _build_component(WEIGHTINGS, {**block, "name": method}, key).check(key)
+        _deprecated(f"{key}: write its settings as loss.weighting: {{name: {method}, ...}}")
+        if method == chosen:  # settings written the new way win
+            current = loss.get("weighting")
+            loss["weighting"] = {**block, **(current if isinstance(current, dict) else {}), "name": method}
+    return raw
+
+
+def _check_task_key(key: str, task: str, tasks: list[str]) -> None:
+    """A mapping keyed by task name: a key that is not a configured task would be ignored."""
+    if task not in tasks:
+        close = difflib.get_close_matches(task, tasks, n=1, cutoff=0.5)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{hint}")
 
 
 def validate(cfg: Config) -> None:
-    """Cross-key checks: combinations that make no sense fail here, naming the keys."""
+    """Every check of a resolved config, each written beside the keys it checks; reads only."""
     from mtbert.tasks import TASKS
 
-    import_plugins(cfg.plugins)
     if not cfg.tasks:
         raise ConfigError("tasks: at least one task is needed")
     for i, t in enumerate(cfg.tasks):
@@ -623,132 +757,16 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"tasks[{i}]: unknown task '{t}'{hint}; known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")
-
-    regime = cfg.head_regime()
-    if any(r not in ("S", "I") for r in regime):
-        raise ConfigError(f"sharing.head_regime: expected S/I letters joined by '-' (e.g. S-I-S) or none, "
-                          f"got {cfg.sharing.head_regime!r}")
-    if cfg.sharing.head_share_tasks is not None:
-        for t in cfg.sharing.head_share_tasks:
-            if t not in cfg.tasks:
-                raise ConfigError(f"sharing.head_share_tasks: '{t}' is not one of tasks {cfg.tasks}")
-    if cfg.sharing.encoder_shared_layers is not None and cfg.sharing.encoder_shared_layers < 0:
-        raise ConfigError("sharing.encoder_shared_layers: must be >= 0 (or null for all layers)")
-    if cfg.sharing.pal_size < 0:
-        raise ConfigError("sharing.pal_size: must be >= 0")
-    if cfg.sharing.cascade != "none":
-        chain = [t.strip() for t in cfg.sharing.cascade.split(">")]
-        if len(chain) < 2 or not all(chain):
-            raise ConfigError(f"sharing.cascade: expected none or tasks joined by '>' upstream first "
-                              f"(e.g. {'>'.join(cfg.tasks[:3])}), got {cfg.sharing.cascade!r}")
-        missing = [t for t in chain if t not in cfg.tasks]
-        if missing:
-            raise ConfigError(f"sharing.cascade: '{cfg.sharing.cascade}' needs tasks {missing} "
-                              f"which are not in tasks {cfg.tasks}")
-        if len(set(chain)) != len(chain):
-            raise ConfigError(f"sharing.cascade: '{cfg.sharing.cascade}' names a task twice")
-        cfg.sharing.cascade = ">".join(chain)
-    if cfg.sharing.cascade != "none" and cfg.pairs.encoding == "bi":
-        raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi (upstream heads "
-                          "read one pooled vector per example); set pairs.encoding: cross")
-    if cfg.sharing.cascade != "none" and regime and regime[0] == "S":
-        raise ConfigError(f"sharing.cascade: downstream heads read [pooled, upstream outputs], wider "
-                          f"than their upstream's input, so sharing.head_regime must start with I "
-                          f"(got {cfg.sharing.head_regime})")
-    if cfg.sts.head in ("cosine", "cosine_mlp") and (cfg.pairs.encoding != "bi" or "sts" not in cfg.tasks):
-        raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors) and the sts task")
-    _check_per_task(cfg)
-    if cfg.freeze.layers < -1:
-        raise ConfigError("freeze.layers: must be >= 0, or -1 for the whole encoder")
-
-    if cfg.loss.weights is not None:
-        for t, w in cfg.loss.weights.items():
-            if t not in cfg.tasks:
-                raise ConfigError(f"loss.weights.{t}: '{t}' is not one of tasks {cfg.tasks}")
-            if w < 0:
-                raise ConfigError(f"loss.weights.{t}: must be >= 0, got {w}")
-        total = sum(cfg.loss.weights.get(t, 0.0) for t in cfg.tasks)
-        if total <= 0:
-            raise ConfigError("loss.weights: at least one weight must be positive")
-        if abs(total - 1) > WEIGHT_SUM_TOLERANCE:
-            left_out = [t for t in cfg.tasks if t not in cfg.loss.weights]
-            note = f"; {', '.join(left_out)} weigh 0" if left_out else ""
-            raise ConfigError(f"loss.weights: must sum to 1, got {total:g}{note} (not normalised: "
-                              f"a larger sum would act as a larger learning rate)")
-    _validate_weighting(cfg)
-    if cfg.loss.smart.weight < 0 or cfg.loss.smart.steps < 0:
-        raise ConfigError("loss.smart: weight and steps must be >= 0")
-
-    for key, val in (("optim.lr", cfg.optim.lr), ("optim.head_lr", cfg.optim.head_lr),
-                     ("optim.layer_decay", cfg.optim.layer_decay), ("train.grad_accum", cfg.train.grad_accum),
-                     ("train.epochs", cfg.train.epochs),
-                     ("train.batch_size", cfg.train.batch_size), ("model.max_length", cfg.model.max_length)):
-        if not val > 0:
-            raise ConfigError(f"{key}: must be > 0, got {val}")
-    if cfg.optim.layer_decay > 1:
-        raise ConfigError(f"optim.layer_decay: must be in (0, 1] (lower layers get smaller rates), "
-                          f"got {cfg.optim.layer_decay}")
-    if cfg.optim.warmup < 0 or (cfg.optim.warmup >= 1 and not float(cfg.optim.warmup).is_integer()):
-        raise ConfigError(f"optim.warmup: a ratio in [0, 1) or a whole number of steps, got {cfg.optim.warmup}")
-    if cfg.train.patience is not None and cfg.train.patience < 1:
-        raise ConfigError(f"train.patience: must be >= 1 (or null), got {cfg.train.patience}")
-    if cfg.train.frozen_cache_mb < 0:
-        raise ConfigError(f"train.frozen_cache_mb: must be >= 0 (0 = off), got {cfg.train.frozen_cache_mb}")
-    if not cfg.sampling.temperature > 0:
-        raise ConfigError(f"sampling.temperature: must be > 0, got {cfg.sampling.temperature}")
-    if cfg.sampling.size_cap is not None and cfg.sampling.size_cap <= 0:
-        raise ConfigError("sampling.size_cap: must be > 0 (or null)")
-    if cfg.sampling.steps_per_epoch is not None and cfg.sampling.steps_per_epoch <= 0:
-        raise ConfigError("sampling.steps_per_epoch: must be > 0 (or null)")
-    if not 0 <= cfg.heads.dropout < 1:
-        raise ConfigError(f"heads.dropout: must be in [0, 1), got {cfg.heads.dropout}")
-
-    if cfg.data.source == "cs224n" and not cfg.data.dir:
-        raise ConfigError("data.dir: required when data.source is cs224n")
-    if cfg.data.source == "synthetic" and cfg.data.files:
-        t = next(iter(cfg.data.files))
-        raise ConfigError(f"data.files.{t}: data.source is synthetic, which reads no files; "
-                          "set data.source: files (or cs224n, whose tasks read data.dir)")
-    for t in cfg.data.files:
-        if t not in cfg.tasks:
-            raise ConfigError(f"data.files.{t}: '{t}' is not one of tasks {cfg.tasks} (the entry "
-                              "would be read by nothing)")
-    if cfg.data.source == "files":
-        for t in cfg.tasks:
-            if t not in cfg.data.files:
-                raise ConfigError(f"data.files.{t}: missing (data.source is files)")
-            if not cfg.data.files[t].train or not cfg.data.files[t].dev:
-                raise ConfigError(f"data.files.{t}: needs both train and dev paths")
-
-
-def _validate_weighting(cfg: Config) -> None:
-    """loss.weighting names a registered method whose needs the rest of the config meets."""
-    from mtbert.train.weighting import WEIGHTINGS
-
-    loss = cfg.loss
-    key = "loss.pcgrad" if loss.pcgrad else "loss.weighting"
-    if loss.pcgrad:
-        # The old key is an alias: it picks the method, unless another one is already named.
-        if loss.weighting not in ("static", "pcgrad"):
-            raise ConfigError(f"loss.pcgrad: true is the old spelling of loss.weighting: pcgrad and cannot "
-                              f"be combined with loss.weighting: {loss.weighting}; drop loss.pcgrad")
-        loss.weighting = "pcgrad"
-    method = WEIGHTINGS.get(loss.weighting)
-    if method is None:
-        close = difflib.get_close_matches(loss.weighting, WEIGHTINGS, n=1, cutoff=0.5)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"loss.weighting: unknown method '{loss.weighting}'{hint}; "
-                          f"known: {', '.join(WEIGHTINGS)}")
-    if method.needs_every_task and cfg.sampling.strategy != "tuple":
-        what = "" if loss.pcgrad else f" {loss.weighting}"
-        raise ConfigError(f"{key}:{what} needs a loss for several tasks in one step; "
-                          f"set sampling.strategy: tuple (got '{cfg.sampling.strategy}')")
-    if loss.weights is not None and not method.uses_fixed_weights:
-        raise ConfigError(f"loss.weights: fixed weights are read by loss.weighting static or pcgrad; "
-                          f"{loss.weighting} sets its own, so leave loss.weights null")
-    for key, value in (("loss.gradnorm.alpha", loss.gradnorm.alpha), ("loss.cagrad.c", loss.cagrad.c)):
-        if value < 0:
-            raise ConfigError(f"{key}: must be >= 0, got {value}")
-    for key, value in (("loss.gradnorm.lr", loss.gradnorm.lr), ("loss.dwa.temperature", loss.dwa.temperature)):
-        if not value > 0:
-            raise ConfigError(f"{key}: must be > 0, got {value}")
+    cfg.sharing.check(cfg)
+    cfg.heads.check(cfg.tasks)
+    for t, opts in cfg.task_options.items():
+        _check_task_key("task_options", t, cfg.tasks)
+        opts.check(t)
+    check_heads(cfg)
+    cfg.freeze.check()
+    cfg.loss.check(cfg)
+    cfg.optim.check()
+    cfg.train.check()
+    cfg.model.check()
+    cfg.sampling.check()
+    cfg.data.check(cfg.tasks)

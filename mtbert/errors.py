@@ -8,3 +8,8 @@ class TrainingError(RuntimeError):
 
 class DataError(ValueError):
     """A user error in data or data config: one readable line naming the file, row or key."""
+
+
+class ConfigError(ValueError):
+    """A user error in a config: one readable line, naming the file and key path. Here so that
+    the components checking their own settings (mtbert/components.py) need not import the config."""

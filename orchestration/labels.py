@@ -19,6 +19,8 @@ SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "shar
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",
                "train.batch_size": "bs", "heads.dropout": "dropout", "loss.smart.weight": "smart",
                "loss.gradnorm.alpha": "alpha", "loss.dwa.temperature": "dwa_T", "loss.cagrad.c": "c",
+               # the same settings as logged since each method owns its settings (loss.weighting.<setting>)
+               "loss.weighting.alpha": "alpha", "loss.weighting.temperature": "dwa_T", "loss.weighting.c": "c",
                "sampling.temperature": "T"}
 
 

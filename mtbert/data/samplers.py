@@ -14,13 +14,38 @@ Strategies (config `sampling.strategy`):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
+
+from mtbert.errors import ConfigError
 
 STRATEGIES = ("round_robin", "proportional", "annealed", "uniform", "tuple", "temperature")
 
 
 class SamplingError(ValueError):
     """Bad sampling arguments; the message names the config key."""
+
+
+@dataclass
+class SamplingConfig:
+    """The `sampling:` keys, checked here beside the strategies that read them."""
+    strategy: Literal["round_robin", "proportional", "annealed", "uniform", "tuple", "temperature"] = "round_robin"
+    steps_per_epoch: int | None = None  # null = one pass over the largest task (tuple) / all tasks
+    # temperature strategy (jiant's): p_i ∝ N_i^(1/T); T = 1 is proportional, large T near uniform.
+    temperature: float = 2.0
+    # temperature strategy: N_i counted as min(N_i, size_cap), so one huge task (Quora) cannot
+    # take nearly every step; null = no cap.
+    size_cap: int | None = None
+
+    def check(self) -> None:
+        if not self.temperature > 0:
+            raise ConfigError(f"sampling.temperature: must be > 0, got {self.temperature}")
+        if self.size_cap is not None and self.size_cap <= 0:
+            raise ConfigError("sampling.size_cap: must be > 0 (or null)")
+        if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
+            raise ConfigError("sampling.steps_per_epoch: must be > 0 (or null)")
 
 
 def annealed_alpha(epoch: int, epochs: int) -> float:

@@ -233,7 +233,7 @@ def test_per_task_gradient_methods_need_tuple_sampling(name):
 
 def test_loss_pcgrad_is_an_alias_of_weighting_pcgrad():
     cfg = build_config({}, {"loss.pcgrad": True, "sampling.strategy": "tuple"})
-    assert cfg.loss.weighting == "pcgrad"
+    assert cfg.loss.weighting.name == "pcgrad"
     assert type(make_weighting(cfg)) is WEIGHTINGS["pcgrad"]
     with pytest.raises(ConfigError, match="loss.pcgrad: true is the old spelling of loss.weighting: pcgrad"):
         build_config({}, {"loss.pcgrad": True, "loss.weighting": "dwa", "sampling.strategy": "tuple"})

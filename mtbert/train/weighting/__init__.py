@@ -1,14 +1,16 @@
 """Loss weighting methods, chosen by `loss.weighting`: one small file per method behind the
 interface in base.py, one line per method in the registry below.
 
-A new method is a Weighting subclass in its own module plus one registry line; from outside
-the package (a module named in the config's `plugins:`), that line is
-`register_weighting(MyMethod)`.
+A new method is a Weighting subclass in its own module, with its settings beside it (a
+`Settings` dataclass, see cagrad.py), plus one registry line; from outside the package (a
+module named in the config's `plugins:`), that line is `register_weighting(MyMethod)`, and
+its settings are config keys at once: `loss.weighting: {name: mymethod, strength: 0.3}`.
 """
 from __future__ import annotations
 
 import torch
 
+from mtbert.components import WEIGHTINGS
 from mtbert.train.weighting.base import Weighting, WeightingError
 from mtbert.train.weighting.cagrad import CAGrad
 from mtbert.train.weighting.dwa import DWA
@@ -17,26 +19,18 @@ from mtbert.train.weighting.pcgrad import PCGrad
 from mtbert.train.weighting.static import Static
 from mtbert.train.weighting.uncertainty import Uncertainty
 
-WEIGHTINGS: dict[str, type[Weighting]] = {
-    "static": Static,
-    "uncertainty": Uncertainty,
-    "gradnorm": GradNorm,
-    "dwa": DWA,
-    "cagrad": CAGrad,
-    "pcgrad": PCGrad,
-}
-
 
 def register_weighting(cls: type[Weighting]) -> type[Weighting]:
-    if not cls.name:
-        raise ValueError(f"{cls.__name__}: a weighting method needs a `name`")
-    WEIGHTINGS[cls.name] = cls
-    return cls
+    return WEIGHTINGS.register(cls)
+
+
+for _method in (Static, Uncertainty, GradNorm, DWA, CAGrad, PCGrad):
+    register_weighting(_method)
 
 
 def make_weighting(cfg, device: torch.device | str = "cpu") -> Weighting:
     """The method of `loss.weighting`, for one run (the config is validated: the name is known)."""
-    return WEIGHTINGS[cfg.loss.weighting](cfg, torch.device(device))
+    return WEIGHTINGS[cfg.loss.weighting.name](cfg, torch.device(device))
 
 
 __all__ = ["WEIGHTINGS", "Weighting", "WeightingError", "make_weighting", "register_weighting"]

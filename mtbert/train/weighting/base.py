@@ -1,10 +1,16 @@
 """The interface every loss-weighting method implements (one small class per file)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from mtbert.config import Config
+from mtbert.components import Settings
+from mtbert.errors import ConfigError
+
+if TYPE_CHECKING:  # the config reaches the methods through mtbert.components, never the reverse
+    from mtbert.config import Config
 
 
 class WeightingError(ValueError):
@@ -25,11 +31,26 @@ class Weighting:
     needs_every_task = False
     # True: the method reads loss.weights; the others set their own weights.
     uses_fixed_weights = False
+    # The method's own settings (`loss.weighting: {name: ..., <field>: ...}`): a subclass of
+    # Settings beside the method, with its ranges in Settings.check. None by default.
+    Settings = Settings
 
     def __init__(self, cfg: Config, device: torch.device):
         self.cfg = cfg
+        self.settings = cfg.loss.weighting
         self.tasks = list(cfg.tasks)
         self.device = device
+
+    @classmethod
+    def check_config(cls, settings: Settings, key: str, cfg: Config) -> None:
+        """What the method needs of the rest of the config (after its settings' own check)."""
+        if cls.needs_every_task and cfg.sampling.strategy != "tuple":
+            what = "" if key == "loss.pcgrad" else f" {cls.name}"
+            raise ConfigError(f"{key}:{what} needs a loss for several tasks in one step; "
+                              f"set sampling.strategy: tuple (got '{cfg.sampling.strategy}')")
+        if cfg.loss.weights is not None and not cls.uses_fixed_weights:
+            raise ConfigError(f"loss.weights: fixed weights are read by loss.weighting static or pcgrad; "
+                              f"{cls.name} sets its own, so leave loss.weights null")
 
     def backward(self, losses: dict[str, torch.Tensor], shared: list[nn.Parameter]) -> dict[str, torch.Tensor]:
         """Backward pass of this step; returns the effective weight of each task in `losses`

@@ -14,9 +14,12 @@ whole step is static equal weighting's.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from mtbert.components import require
 from mtbert.train.pcgrad import _accumulate, _graph_leaves
 from mtbert.train.weighting.base import Weighting, WeightingError
 
@@ -48,9 +51,16 @@ class CAGrad(Weighting):
     name = "cagrad"
     needs_every_task = True
 
+    @dataclass
+    class Settings(Weighting.Settings):
+        c: float = 0.4  # radius of the ball around the mean gradient; 0 = the mean gradient
+
+        def check(self, key):
+            require(self.c >= 0, f"{key}.c: must be >= 0, got {self.c}")
+
     def __init__(self, cfg, device):
         super().__init__(cfg, device)
-        self.c = cfg.loss.cagrad.c
+        self.c = self.settings.c
 
     def backward(self, losses, shared):
         values = list(losses.values())

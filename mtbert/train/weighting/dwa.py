@@ -4,23 +4,33 @@ attention", eq. 7).
     w_i(t-1) = L_i(t-1) / L_i(t-2)                         (ratio of epoch-mean losses)
     lambda_i(t) = K exp(w_i(t-1) / T) / sum_k exp(w_k(t-1) / T)
 
-with K tasks and temperature T (loss.dwa.temperature): a task whose loss fell least in the
+with K tasks and temperature T (loss.weighting.temperature): a task whose loss fell least in the
 last epoch weighs most. The first two epochs have no ratio yet: every weight is 1. Weights
 are constant within an epoch and sum to K, as in the paper.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from mtbert.components import require
 from mtbert.train.weighting.base import Weighting
 
 
 class DWA(Weighting):
     name = "dwa"
 
+    @dataclass
+    class Settings(Weighting.Settings):
+        temperature: float = 2.0  # softness of the softmax over loss ratios (paper: 2)
+
+        def check(self, key):
+            require(self.temperature > 0, f"{key}.temperature: must be > 0, got {self.temperature}")
+
     def __init__(self, cfg, device):
         super().__init__(cfg, device)
-        self.temperature = cfg.loss.dwa.temperature
+        self.temperature = self.settings.temperature
         self.history: list[list[float]] = []  # epoch-mean loss per task, last two epochs
         self.weights = torch.ones(len(self.tasks), device=device)
 

@@ -13,9 +13,12 @@ second-order graph: the only extra work is one gradient per task on W.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
+from mtbert.components import require
 from mtbert.train.pcgrad import _graph_leaves
 from mtbert.train.weighting.base import Weighting, WeightingError
 
@@ -28,13 +31,24 @@ class GradNorm(Weighting):
     name = "gradnorm"
     needs_every_task = True
 
+    @dataclass
+    class Settings(Weighting.Settings):
+        # How hard the weights pull toward equal gradient norms, faster for the tasks whose
+        # loss falls slower (paper: 0.12 to 3).
+        alpha: float = 1.5
+        lr: float = 0.025  # Adam rate of the weights themselves (they have their own optimizer)
+
+        def check(self, key):
+            require(self.alpha >= 0, f"{key}.alpha: must be >= 0, got {self.alpha}")
+            require(self.lr > 0, f"{key}.lr: must be > 0, got {self.lr}")
+
     def __init__(self, cfg, device):
         super().__init__(cfg, device)
-        self.alpha = cfg.loss.gradnorm.alpha
+        self.alpha = self.settings.alpha
         self.weights = nn.Parameter(torch.ones(len(self.tasks), device=device))
         # The weights have their own optimizer: the model's (a BERT fine-tuning rate, ~1e-5)
         # would barely move them.
-        self.optimizer = torch.optim.Adam([self.weights], lr=cfg.loss.gradnorm.lr)
+        self.optimizer = torch.optim.Adam([self.weights], lr=self.settings.lr)
         self.initial_losses: torch.Tensor | None = None
         self._layer: int | None = None  # index into `shared` of W
 

@@ -11,6 +11,8 @@ and at its optimum exp(-s_i) = 1 / L_i: tasks with a larger loss get a smaller w
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -20,9 +22,13 @@ from mtbert.train.weighting.base import Weighting
 class Uncertainty(Weighting):
     name = "uncertainty"
 
+    @dataclass
+    class Settings(Weighting.Settings):
+        init: float = 0.0  # s_i at the start; 0 = every weight 1
+
     def __init__(self, cfg, device):
         super().__init__(cfg, device)
-        self.log_vars = nn.Parameter(torch.full((len(self.tasks),), float(cfg.loss.uncertainty.init),
+        self.log_vars = nn.Parameter(torch.full((len(self.tasks),), float(self.settings.init),
                                                 device=device))
 
     def backward(self, losses, shared):

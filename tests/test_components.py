@@ -1,0 +1,165 @@
+"""Components own their settings: a weighting method is chosen by name or with its settings,
+its settings are config keys (--set, flatten/MLflow), old spellings still load, validation only
+reads, a plug-in's method brings settings the config did not know, and config and the methods
+do not import each other."""
+from __future__ import annotations
+
+import copy
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mtbert.components import WEIGHTINGS
+from mtbert.config import ConfigError, build_config, flatten, resolve, to_dict, validate
+
+TUPLE = {"sampling.strategy": "tuple"}
+
+
+def test_a_method_by_name_or_with_its_settings():
+    by_name = build_config({"loss": {"weighting": "cagrad"}}, TUPLE)
+    assert by_name.loss.weighting.name == "cagrad" and by_name.loss.weighting.c == 0.4
+    mapping = build_config({"loss": {"weighting": {"name": "cagrad", "c": 0.2}}}, TUPLE)
+    assert mapping.loss.weighting.c == 0.2
+    # A setting set over a method named alone keeps the method.
+    dotted = build_config({"loss": {"weighting": "gradnorm"}}, {**TUPLE, "loss.weighting.alpha": 0.5})
+    assert (dotted.loss.weighting.name, dotted.loss.weighting.alpha, dotted.loss.weighting.lr) == ("gradnorm", 0.5, 0.025)
+    # As MLflow params: the method under its key, each setting below it.
+    flat = flatten(mapping)
+    assert flat["loss.weighting"] == "cagrad" and flat["loss.weighting.c"] == 0.2
+    assert flatten(build_config({}))["loss.weighting"] == "static"
+    # The resolved config rebuilds to the same config (result.json, bundles, Ray trials).
+    assert build_config(to_dict(mapping)) == mapping
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"loss.weighting": {"name": "cagrad", "cc": 1}},
+     "loss.weighting.cc: not a setting of method cagrad (did you mean 'loss.weighting.c'?); its settings: c"),
+    ({"loss.weighting": {"name": "static", "c": 1}}, "loss.weighting.c: not a setting of method static; it has none"),
+    ({"loss.weighting": {"c": 0.2}}, "loss.weighting.name: missing"),
+    ({"loss.weighting": "dwaa"}, "loss.weighting: unknown method 'dwaa' (did you mean 'dwa'?)"),
+    ({"loss.weighting": ["dwa"]}, "loss.weighting: expected a method name, or a mapping"),
+    ({"loss.weighting": {"name": "cagrad", "c": -1}, **TUPLE}, "loss.weighting.c: must be >= 0, got -1"),
+    ({"loss.weighting": {"name": "gradnorm", "lr": 0}, **TUPLE}, "loss.weighting.lr: must be > 0"),
+    ({"loss.weighting": {"name": "dwa", "temperature": "hot"}}, "loss.weighting.temperature: expected float"),
+    ({"loss.weighting": "cagrad"}, "loss.weighting: cagrad needs a loss for several tasks"),
+])
+def test_setting_errors_are_one_line_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        build_config({}, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_old_spellings_load_with_a_deprecation_line(caplog, monkeypatch):
+    import mtbert.config
+
+    monkeypatch.setattr(mtbert.config, "_said", set())  # each line is said once per process
+    caplog.set_level(logging.WARNING, logger="mtbert.config")
+    old = build_config({"loss": {"weighting": "cagrad", "cagrad": {"c": 0.1}, "dwa": {"temperature": 3.0}}}, TUPLE)
+    assert old.loss.weighting == build_config({"loss": {"weighting": {"name": "cagrad", "c": 0.1}}}, TUPLE).loss.weighting
+    assert "loss.cagrad: write its settings as loss.weighting: {name: cagrad, ...}" in caplog.text
+    # Written both ways, the new spelling wins; an old block of another method is checked, then unused.
+    both = build_config({"loss": {"weighting": {"name": "cagrad", "c": 0.3}, "cagrad": {"c": 0.1}}}, TUPLE)
+    assert both.loss.weighting.c == 0.3
+    with pytest.raises(ConfigError, match=r"^config: loss\.dwa\.temperature: must be > 0"):
+        build_config({}, {"loss.dwa.temperature": 0})
+    pcgrad = build_config({}, {"loss.pcgrad": True, **TUPLE})
+    assert pcgrad.loss.weighting.name == "pcgrad" and flatten(pcgrad)["loss.pcgrad"] is True
+    assert "loss.pcgrad: true is the old spelling of loss.weighting: pcgrad" in caplog.text
+
+
+def test_a_config_from_before_components_loads():
+    """result.json / bundle config.yaml as older versions wrote them: every method's block."""
+    raw = to_dict(build_config({}, TUPLE))
+    raw["loss"] = {"weights": None, "weighting": "gradnorm", "pcgrad": False,
+                   "uncertainty": {"init": 0.0}, "gradnorm": {"alpha": 1.0, "lr": 0.025},
+                   "dwa": {"temperature": 2.0}, "cagrad": {"c": 0.4}, "smart": {"weight": 0.0}}
+    cfg = build_config(raw)
+    assert cfg.loss.weighting.name == "gradnorm" and cfg.loss.weighting.alpha == 1.0
+
+
+def test_validate_only_reads():
+    cfg = build_config({}, {"sharing.cascade": "sst > para", "pairs.encoding": "cross",
+                            "loss.weighting": {"name": "cagrad", "c": 0.2}, **TUPLE})
+    assert cfg.sharing.cascade == "sst>para"  # resolve() wrote it in its one spelling
+    before = copy.deepcopy(cfg)
+    validate(cfg)
+    assert cfg == before
+    assert resolve(copy.deepcopy(cfg)) == cfg  # and resolving again changes nothing
+
+
+def test_sharing_checks_are_the_models_too():
+    """A config built by hand, never validated, meets the same checks in the model."""
+    from mtbert.model.multitask import MultitaskModel
+
+    cfg = build_config({}, {"pairs.encoding": "cross"})
+    cfg.sharing.cascade = "sst>para"
+    cfg.sharing.head_regime = "S-I"
+    with pytest.raises(ConfigError, match="sharing.cascade: downstream heads read"):
+        validate(cfg)
+    with pytest.raises(ConfigError, match="sharing.cascade: downstream heads read"):
+        MultitaskModel(cfg, vocab_size=100)
+
+
+PLUGIN = '''
+    """A weighting method from outside the package, with a setting of its own."""
+    from dataclasses import dataclass
+
+    import torch
+
+    from mtbert.components import require
+    from mtbert.train.weighting import Weighting, register_weighting
+
+
+    class Scaled(Weighting):
+        name = "scaled_test"
+
+        @dataclass
+        class Settings(Weighting.Settings):
+            scale: float = 0.5  # every task's weight
+
+            def check(self, key):
+                require(0 < self.scale <= 1, f"{key}.scale: must be in (0, 1], got {self.scale}")
+
+        def backward(self, losses, shared):
+            (self.settings.scale * torch.stack(list(losses.values()))).sum().backward()
+            return {t: torch.tensor(self.settings.scale) for t in losses}
+
+
+    register_weighting(Scaled)
+'''
+
+
+@pytest.fixture
+def scaled_plugin(tmp_path, monkeypatch):
+    (tmp_path / "scaled_weighting.py").write_text(textwrap.dedent(PLUGIN))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "scaled_weighting"
+    WEIGHTINGS.pop("scaled_test", None)
+    sys.modules.pop("scaled_weighting", None)
+
+
+def test_a_plugin_method_brings_its_settings(scaled_plugin):
+    from mtbert.train.weighting import make_weighting
+
+    cfg = build_config({"plugins": [scaled_plugin], "loss": {"weighting": {"name": "scaled_test", "scale": 0.25}}})
+    assert flatten(cfg)["loss.weighting.scale"] == 0.25
+    assert make_weighting(cfg).settings.scale == 0.25
+    assert build_config(to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match=r"loss\.weighting\.scale: must be in \(0, 1\], got 2\.0"):
+        build_config({"plugins": [scaled_plugin]}, {"loss.weighting": "scaled_test", "loss.weighting.scale": 2})
+
+
+def test_config_and_the_methods_do_not_import_each_other():
+    code = textwrap.dedent("""
+        import sys
+        import mtbert.config
+        assert "mtbert.train.weighting" not in sys.modules and "torch" not in sys.modules, "config"
+        del sys.modules["mtbert.config"]
+        import mtbert.train.weighting
+        assert "mtbert.config" not in sys.modules, "weighting"
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
