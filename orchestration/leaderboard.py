@@ -48,6 +48,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from mtbert import figures
 from mtbert.tasks import TASKS
 from orchestration import export
 from orchestration.errors import SweepError
@@ -57,13 +58,9 @@ from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.stats import paired_delta, t_quantile
 
 FORMATS = ("md", "csv", "latex", "html")
-# Column key -> header; task columns come from the sweep's task_metrics tag (metric name -> label).
+# The papers' names of the task scores; task columns come from the sweep's task_metrics tag.
+# The figures the table reads, their headers, formats and directions: mtbert/figures.py (on_board).
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
-NUMERIC = ["overall", "best_epoch", "train_time_s", "model_size_mb", "peak_memory_mb", "tm_relative_score"]
-# Also read: the compute-based score and the cost bases of both (in the csv; printed by --columns).
-EXTRA_NUMERIC = ["tm_relative_score_compute", "tm_time_s", "tm_flops"]
-LOWER_IS_BETTER = {"train_time_s", "model_size_mb", "tm_time_s", "tm_flops", "peak_memory_mb", "best_epoch",
-                   "wall_time_spread"}
 DELTA_METRIC = "overall"  # the Δ-vs-baseline column: paired by seed
 REFERENCE_LABEL = "frozen reference"
 TM_COLUMNS = {"compute": "tm_relative_score_compute", "wall": "tm_relative_score"}
@@ -88,22 +85,28 @@ class Column:
 
 LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
-# Every figure column but the task scores, whose keys and headers come from the sweep (TASK_LABELS).
-FIGURE_COLUMNS = (
-    Column("overall", "Overall", better="max"),
-    Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max"),
-    Column("best_epoch", "Epoch", count=True),
-    Column("train_time_s", "Train time (s)", ".1f", "min"),
-    Column("model_size_mb", "Size (MB)", ".2f", "min"),
-    Column("peak_memory_mb", "Peak mem. (MB)", ".0f", "min"),
-    Column(TM_COLUMNS["compute"], "TM-rel. (compute)", better="max"),
-    Column(TM_COLUMNS["wall"], "TM-rel. (wall)", better="max"),
-    Column("tm_time_s", "TM time (s)", ".1f", "min"),
-    Column("tm_flops", "TM FLOPs", ".2e", "min"),
-    Column("n", "n"),
-)
-COUNTS = [c.key for c in FIGURE_COLUMNS if c.count]
-HEADERS = {**TASK_LABELS, **{c.key: c.header for c in FIGURE_COLUMNS}}  # a figure's name in print
+# The table's own columns, beside the figures it reads from the runs.
+DELTA = Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max")
+N = Column("n", "n")
+
+
+def figure_column(f: figures.Figure) -> Column:
+    # A count (the epoch) has a direction to sort by but no best to bold.
+    return Column(f.name, TASK_LABELS.get(f.name, f.label), f.fmt, "" if f.count else f.better, f.count)
+
+
+def figure_columns(task_metrics: Sequence[str]) -> dict[str, Column]:
+    """The figures the table reads from a sweep's runs (task scores `task_metrics`), in order."""
+    return {f.name: figure_column(f) for f in figures.on_board(task_metrics)}
+
+
+def lower_is_better(key: str) -> bool:
+    # wall_time_spread: the table's own measure of how far a configuration's train times differ.
+    return key == "wall_time_spread" or figures.better(key) == "min"
+
+
+HEADERS = {**{k: c.header for k, c in figure_columns(list(TASK_LABELS)).items()},
+           DELTA.key: DELTA.header, N.key: N.header}  # a figure's name in print
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -114,9 +117,22 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
-# A sqlite store is read with plain SQL over MLflow's own tables: importing mlflow and opening
-# its SqlAlchemyStore cost about 4 s before the first row, more than reading 10,000 runs.
+# A sqlite store is read with plain SQL over MLflow's own tables: MLflow has no public reader
+# that is fast here. Importing mlflow and opening its SqlAlchemyStore cost about 2 s before the
+# first row; mlflow.search_runs read 300 runs of a sweep in 4 s where the SQL takes 0.3 s, and
+# builds a Run object per run (10,000 runs took about a minute).
 MLFLOW_TABLES = ("experiments", "runs")  # what makes a sqlite file an MLflow store here
+# MLflow's private schema as the SQL reader reads it: every column its queries name. Checked
+# on each open (mlflow_sqlite), so a schema MLflow moves on from sends the reader to the API
+# in one line rather than to wrong rows; a test checks it against the installed MLflow.
+MLFLOW_SCHEMA = {
+    "experiments": ("experiment_id", "name", "lifecycle_stage", "creation_time"),
+    "runs": ("run_uuid", "name", "experiment_id", "status", "start_time", "end_time", "artifact_uri",
+             "lifecycle_stage"),
+    "tags": ("run_uuid", "key", "value"),
+    "params": ("run_uuid", "key", "value"),
+    "latest_metrics": ("run_uuid", "key", "value", "is_nan"),
+}
 
 
 def _is_sqlite_file(uri: str) -> bool:
@@ -132,6 +148,24 @@ def _connect(uri: str) -> sqlite3.Connection:
         raise FileNotFoundError(path)
     # Quoted: a '?', '#' or '%' in the path would otherwise be read as part of the URI.
     return sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+
+
+def mlflow_sqlite(uri: str) -> sqlite3.Connection:
+    """The SQL reader's one way into MLflow's private schema: a read-only connection to the
+    store, once its tables have every column of MLFLOW_SCHEMA (else sqlite3.DatabaseError
+    naming what is missing, which the callers answer through MLflow's API)."""
+    con = _connect(uri)
+    try:
+        for table, columns in MLFLOW_SCHEMA.items():
+            have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise sqlite3.DatabaseError(f"MLflow's {table} table has no {', '.join(missing)} column "
+                                            "(a schema the SQL reader does not know)")
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
@@ -257,7 +291,7 @@ def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=N
     as search_experiments lists them (active, newest first), active runs tagged role=sweep,
     newest start_time first, run id breaking ties (search_runs' order), a finished trial an
     active child run with status FINISHED."""
-    con = _connect(uri)
+    con = mlflow_sqlite(uri)
     try:
         row = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)).fetchone()
         if row is None:
@@ -351,7 +385,7 @@ def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str, params: 
     most of which the leaderboard does not read (they were half of its reading time)."""
     import numpy as np
 
-    con = _connect(uri)
+    con = mlflow_sqlite(uri)
     try:
         chosen = ("SELECT r.run_uuid FROM runs r JOIN tags p ON p.run_uuid = r.run_uuid "
                   "AND p.key = 'mlflow.parentRunId' AND p.value = ? "
@@ -456,7 +490,7 @@ def _swept(parent_tags: dict[str, str]) -> list[str]:
 
 
 def _numeric(task_metrics: list[str]) -> list[str]:
-    return [*NUMERIC[:2], *task_metrics, *NUMERIC[2:], *EXTRA_NUMERIC]
+    return list(figure_columns(task_metrics))
 
 
 def _label_params(swept: list[str]) -> dict[str, list[str]]:
@@ -504,7 +538,7 @@ def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
 
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
     """One row per configuration (finished seeds grouped; numeric columns carry _std, _ci95
-    and n, a count (COUNTS) its _median, _min and _max; the delta metric carries
+    and n, a count (a figure's `count`) its _median, _min and _max; the delta metric carries
     <metric>_delta, _delta_ci95 and _delta_n, paired by seed against the baseline), then one
     row per failed or interrupted trial with its one-line reason.
     Vectorised over runs, so a 10,000-run sweep builds in seconds."""
@@ -534,6 +568,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         STANDS_FOR: _col(runs, f"tags.{STANDS_FOR}").astype(object).fillna("").values,
     })
     numeric = _numeric(task_metrics)
+    counts = [k for k, c in figure_columns(task_metrics).items() if c.count]
     for name in dict.fromkeys(numeric):
         frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}"), errors="coerce").values
     done = frame[frame["status"] == "finished"]
@@ -549,7 +584,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         table[name] = means[name].values
         table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
         table[f"{name}_ci95"] = _ci95(stds[name], counts[name]).values
-    for name in COUNTS:  # a whole number per run: a mean ± interval would read as 1.5 ± 6.4 epochs
+    for name in counts:  # a whole number per run: a mean ± interval would read as 1.5 ± 6.4 epochs
         # The lower median: a value some seed took (epoch 2 of seeds at 2 and 3, not 2.5).
         table[f"{name}_median"] = grouped[name].quantile(0.5, interpolation="lower").values
         table[f"{name}_min"] = grouped[name].min().values
@@ -578,7 +613,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         for name in dict.fromkeys(numeric):
             rest[f"{name}_std"] = math.nan
             rest[f"{name}_ci95"] = math.nan
-        for name in COUNTS:
+        for name in counts:
             for stat in ("median", "min", "max"):
                 rest[f"{name}_{stat}"] = rest[name]
         for suffix in ("delta", "delta_ci95", "delta_n"):
@@ -628,7 +663,7 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
     if key not in table.columns:
         known = [c for c in table.columns if not c.endswith(("_std", "_ci95"))]
         raise SweepError(f"--sort {key}: not a column; choose from tm, {', '.join(known)}")
-    ascending = key in LOWER_IS_BETTER or table[key].dtype == object
+    ascending = lower_is_better(key) or table[key].dtype == object
     finished = table["status"] == "finished"
     base = table[finished & (table["role"] == "baseline")]
     rest = table[finished & (table["role"] != "baseline")].sort_values(key, ascending=ascending, na_position="last")
@@ -674,14 +709,15 @@ def all_columns(table: pd.DataFrame) -> dict[str, Column]:
     tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
     labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", "LR"),
               "weights": Column("weights", f"w [{' '.join(tasks)}]")}
-    figures = {c.key: c for c in FIGURE_COLUMNS}
-    tms = tm_columns(table)
-    tasks_cols = [Column(m, TASK_LABELS.get(m, m), better="max") for m in table.attrs.get("task_metrics", [])]
-    order = ["overall", DELTA_COLUMN, "best_epoch"]
-    rest = ["train_time_s", "model_size_mb", "peak_memory_mb", *tms,
-            *[k for k in TM_COLUMNS.values() if k not in tms], "tm_time_s", "tm_flops", "n"]
-    return {**labels, **{k: figures[k] for k in order}, **{c.key: c for c in tasks_cols},
-            **{k: figures[k] for k in rest}}
+    columns = figure_columns(table.attrs.get("task_metrics", []))
+    tms = [k for k in dict.fromkeys([*tm_columns(table), *TM_COLUMNS.values()]) if k in columns]
+    shown: list[Column] = []
+    for key, column in columns.items():  # as declared, but:
+        if key in tms:  # the TM scores together where the first is, the sweep's headline first
+            shown += [] if any(c.key in tms for c in shown) else [columns[k] for k in tms]
+        else:
+            shown += [column, DELTA] if key == DELTA_METRIC else [column]
+    return {**labels, **{c.key: c for c in shown}, N.key: N}
 
 
 def _varies(table: pd.DataFrame, key: str) -> bool:
@@ -700,8 +736,10 @@ def default_columns(table: pd.DataFrame, fmt: str = "md") -> list[str]:
     labels = [k for k in ("lr", "weights") if not narrow or _varies(table, k)]
     tms = tm_columns(table)[:1] if narrow else tm_columns(table)
     n = ["n"] if grouped and (not narrow or _varies(table, "n")) else []
-    return ["regime", *labels, "overall", *([DELTA_COLUMN] if with_delta else []), "best_epoch",
-            *table.attrs.get("task_metrics", []), "train_time_s", "model_size_mb", "peak_memory_mb", *tms, *n]
+    figs = [f.name for f in figures.on_board(table.attrs.get("task_metrics", []))
+            if f.board == "shown" and f.name not in TM_COLUMNS.values()]
+    figs = [k for key in figs for k in ([key, DELTA_COLUMN] if key == DELTA_METRIC and with_delta else [key])]
+    return ["regime", *labels, *figs, *tms, *n]
 
 
 def chosen_columns(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> list[Column]:

@@ -29,7 +29,7 @@ adaptive `seeds:` spends seeds only where a claim is still open (orchestration/s
 
     claims:
       - name: 3-bert > 1-bert
-        metric: overall              # a figure every trial logs (tracking.RUN_FIGURES, task scores)
+        metric: overall              # a figure of every finished trial (mtbert/figures.py: run_figures)
         a: {sharing.encoder_shared_layers: 0}
         b: {role: baseline}          # or config keys; role: baseline | reference | search
         relation: ">"                # > | < | ≈ (~)
@@ -55,9 +55,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from mtbert import figures
 from mtbert.config import (ConfigError, coerce, build_config, parse_override, read_yaml,
                            set_dotted, to_dict)
-from mtbert.tasks import get_task
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
 from orchestration.space import Dimension, parse_dimension
@@ -150,11 +150,6 @@ class SweepFile:
 
 SWEEP_KEYS = {"name", "description", "search", "scheduler", "num_samples", "max_concurrent",
               "max_failures", "resources", "seeds", "tracking", "reference"}
-
-# Per-epoch keys of train()'s report that a search metric or objective may name.
-REPORTED_METRICS = {"overall", "best_overall", "overall_cs224n", "train_time_s", "epoch_time_s",
-                    "model_size_mb", "peak_memory_mb", "seq_per_s", "pad_fraction",
-                    "params_total", "params_trainable"}
 
 # --smoke keeps an adaptive design adaptive, in its smallest form: one seed each, then a
 # second one where a claim is open (with one seed there is no interval: every claim is).
@@ -398,12 +393,17 @@ def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any], where: str) -> None:
 
 
 def _dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested or dotted overrides -> dotted; a loss.weights mapping stays one value."""
+    """Nested or dotted overrides -> dotted; a loss.weights mapping stays one value, and so does
+    a component given with its name ({name: cagrad, c: 0.2} replaces the method and all its
+    settings; without a name, each setting is set over the method already there)."""
+    from mtbert.config import component_keys
+
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         full = f"{prefix}{key}"
-        if isinstance(value, dict) and value and full not in ("loss.weights", "data.files",
-                                                              "heads.task_dropout"):
+        whole = full in ("loss.weights", "data.files", "heads.task_dropout") or (
+            full in component_keys() and isinstance(value, dict) and "name" in value)
+        if isinstance(value, dict) and value and not whole:
             out.update(_dotted(value, full + "."))
         else:
             out[full] = value
@@ -507,10 +507,8 @@ def _check_reference(sweep: Sweep, where: str) -> None:
 
 
 def _known_metrics(tasks: list[str]) -> set[str]:
-    names = set(REPORTED_METRICS)
-    for t in tasks:
-        names |= {get_task(t).metric_name, f"loss_{t}"}
-    return names
+    """The per-epoch figures of train()'s report a search metric or objective may name."""
+    return set(figures.searchable(tasks))
 
 
 def _check_metric(name: str, at: str, known: set[str]) -> None:

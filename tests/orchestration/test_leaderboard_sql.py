@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -135,6 +136,19 @@ def test_sql_find_sweep_matches_mlflow(store):
             assert str(sql.value) == str(api.value)
     with pytest.raises(board.SweepError, match=r"no such experiment in .* \(have: idle, board, Default\)"):
         sqlite_find_sweep(uri, "nope")
+
+
+def test_the_sql_reader_knows_the_installed_mlflows_schema(store, tmp_path):
+    """Fails when an MLflow release moves a column the SQL reader reads (MLFLOW_SCHEMA): the
+    reader would then go through MLflow's API, slowly, on every leaderboard."""
+    uri, tmp, _, _, _ = store
+    board.mlflow_sqlite(uri).close()
+    moved = tmp_path / "moved.db"
+    shutil.copy(tmp / "mlflow.db", moved)
+    with sqlite3.connect(moved) as con:
+        con.execute("ALTER TABLE latest_metrics RENAME COLUMN is_nan TO nan")
+    with pytest.raises(sqlite3.DatabaseError, match="MLflow's latest_metrics table has no is_nan column"):
+        board.mlflow_sqlite(f"sqlite:///{moved}")
 
 
 def test_sql_reader_failure_falls_back_to_mlflow_in_one_line(store, monkeypatch, capsys):
