@@ -1,9 +1,11 @@
 """A model bundle: one folder that predicts with no sweep, data or hub around it.
 
     best/
-      model.pt        the best epoch's state dict (a slim bundle: without the frozen tensors)
+      model.pt        the best epoch's state dict (a slim bundle: without the frozen tensors,
+                      and once its sweep trial has ended, losslessly compacted: compact_bundle)
       config.yaml     the resolved training config (`mtbert train --config` re-runs it)
-      tokenizer/      the tokenizer in Hugging Face layout (for `tiny`, the one trained on the data)
+      tokenizer/      the tokenizer in Hugging Face layout (for `tiny`, the one trained on the data;
+                      a slim bundle names the pretrained model's own in bundle.json instead)
       encoder/        the encoder's architecture (transformers config.json)
       bundle.json     vocabulary size and padding id, the format version; in a slim bundle,
                       `frozen`: where the frozen tensors come from and their digest
@@ -37,14 +39,21 @@ resumes it builds the same model, so it only needs the digest to check that.
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import yaml
 
+from mtbert.train.precision import autocast_for
+
 # 2: a slim bundle's bundle.json has `frozen`; format-1 bundles load as they did.
-FORMAT = 2
+# 3: a slim bundle may name its tokenizer (`tokenizer`: the pretrained model's own, by digest)
+#    instead of storing it, and hold its weights compacted (compact_bundle).
+FORMAT = 3
+WEIGHTS = "model.pt"
+CODEC = "planes-deflate-1"  # model.pt holding {"codec": CODEC, "tensors": [...]}: compacted weights
 
 
 class BundleError(ValueError):
@@ -124,21 +133,38 @@ def load_stored(model, weights: dict, reference: dict | None, where, source: str
 
 # ----------------------------------------------------------------------------- save, load
 
-def save_bundle(path: str | Path, model, cfg, tokenizer) -> Path:
-    """Write the bundle of `model` (slim or full: train.bundle, see the module docstring)."""
+def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = False) -> Path:
+    """Write the bundle of `model` (slim or full: train.bundle, see the module docstring).
+    `weights_only`: `path` holds the bundle this same run wrote at an earlier epoch, whose
+    other files (config, tokenizer, architecture, frozen reference) no epoch changes, so
+    model.pt alone is rewritten (the training loop saves a bundle at every new best epoch)."""
     from mtbert.config import to_dict
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     reference = frozen_reference(model, cfg) if cfg.train.bundle == "slim" else None
-    torch.save(stored_state(model, reference), path / "model.pt")
+    # Written beside and renamed: a run killed mid-write keeps its previous best, and a copy
+    # of the folder made by linking its files (a checkpoint's, train's _report) keeps its own.
+    tmp = path / f".{WEIGHTS}.tmp"
+    torch.save(stored_state(model, reference), tmp)
+    tmp.replace(path / WEIGHTS)
+    if weights_only:
+        return path
     (path / "config.yaml").write_text(yaml.safe_dump(_absolute_paths(to_dict(cfg)), sort_keys=False))
-    tokenizer.save_pretrained(path / "tokenizer")
+    if reference is None:
+        tokenizer.save_pretrained(path / "tokenizer")
+    elif (path / "tokenizer").is_dir():  # a full bundle's, written here before
+        import shutil
+
+        shutil.rmtree(path / "tokenizer")
     model.hf_config.save_pretrained(path / "encoder")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_id, "tasks": list(cfg.tasks)}
     if reference is not None:
+        # The tokenizer is the pretrained model's own, as the frozen weights are (a copy is
+        # 0.7 MB beside MiniLM's 2-6 MB of heads): named by a digest that load_model checks.
         meta["frozen"] = reference
+        meta["tokenizer"] = {"digest": tokenizer_digest(tokenizer)}
     (path / "bundle.json").write_text(json.dumps(meta, indent=2))
     return path
 
@@ -162,8 +188,6 @@ class Bundle:
 
     def _autocast(self):
         # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
-        from mtbert.train.loop import autocast_for
-
         return autocast_for(self.config.train.precision, self.device)[1]
 
     def encode(self, task: str, examples: list):
@@ -241,7 +265,6 @@ def load_model(path: str | Path, device: str = "auto", encoder: str | None = Non
         raise BundleError(f"{path}: bundle format {meta['format']} is newer than this mtbert reads "
                           f"({FORMAT}); update mtbert")
     cfg = build_config(read_yaml(path / "config.yaml"), source=str(path / "config.yaml"))
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path / "tokenizer"))
     dev = measure.pick_device(device)
     reference = meta.get("frozen")
     if reference is None:
@@ -251,15 +274,135 @@ def load_model(path: str | Path, device: str = "auto", encoder: str | None = Non
         remedy = (f"give the model it was trained from ({reference['from']}) with encoder= "
                   f"(mtbert predict --encoder FOLDER)")
         model = _model_from(path, cfg, meta, source)
-    load_stored(model, torch.load(path / "model.pt", map_location="cpu", weights_only=True), reference,
-                path, source, remedy)
+    if (path / "tokenizer").is_dir():
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path / "tokenizer"))
+    else:
+        tokenizer = _named_tokenizer(path, meta, source, remedy)
+    load_stored(model, read_weights(path), reference, path, source, remedy)
     model.to(dev).eval()
     return Bundle(model, tokenizer, cfg, dev, path)
 
 
+def _named_tokenizer(path: Path, meta: dict, source: str, remedy: str):
+    """A slim bundle's tokenizer: the pretrained model's at `source`, if it is the one the run
+    trained with."""
+    from mtbert.data.tokenize import _pretrained_tokenizer
+    from mtbert.errors import DataError
+
+    try:
+        tokenizer = _pretrained_tokenizer(source)
+    except DataError as exc:
+        raise BundleError(f"{path}: a slim bundle whose tokenizer is read from {source}, which does not "
+                          f"load here ({str(exc).removeprefix('model.name_or_path: ')}); {remedy}") from None
+    digest = tokenizer_digest(tokenizer)
+    if digest != meta["tokenizer"]["digest"]:
+        raise BundleError(f"{path}: the tokenizer in {source} is not the one it was trained with (digest "
+                          f"{digest}, expected {meta['tokenizer']['digest']}); {remedy}")
+    return tokenizer
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A digest of what decides a tokenizer's ids: its vocabulary, normalizer, pre-tokenizer,
+    model and post-processor. Not its truncation and padding, which tokenizing with
+    truncation=True switches on in the tokenizer as a side effect."""
+    import hashlib
+
+    # Serialising MiniLM's vocabulary takes tens of milliseconds, paid by every bundle a sweep
+    # worker writes with the same tokenizer object (kept between its trials): kept with that
+    # object while its vocabulary size, which adding tokens changes, stays the same.
+    kept = _TOKENIZER_DIGESTS.get(tokenizer)
+    if kept is not None and kept[0] == len(tokenizer):
+        return kept[1]
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    spec.pop("truncation", None)
+    spec.pop("padding", None)
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    try:
+        _TOKENIZER_DIGESTS[tokenizer] = (len(tokenizer), digest)
+    except TypeError:  # an object that takes no weak reference: computed every time
+        pass
+    return digest
+
+
+_TOKENIZER_DIGESTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+# ----------------------------------------------------------------------------- compacted weights
+
+def compact_bundle(path: str | Path) -> bool:
+    """Store a slim bundle's weights losslessly compacted (model.pt, rewritten): each float32 tensor's
+    bytes split into planes, the two high planes (sign, exponent, top of the mantissa: few
+    distinct values in trained weights) deflated, the rest kept as they are. Trained MiniLM
+    heads shrink by about 15% (5.6 to 4.8 MB) and load bit for bit. A sweep's driver does it
+    once a trial has ended (orchestration/trainable.py keep_one_model), so no trial waits for
+    it. Returns whether it did; a full bundle (mostly an encoder that a run may fine-tune for
+    hours: seconds to compact for 15%) stays as it is."""
+    from mtbert.data.cache import atomic_write
+
+    path = Path(path)
+    if not (path / WEIGHTS).is_file() or not is_slim(path):
+        return False
+    state = torch.load(path / WEIGHTS, map_location="cpu", weights_only=True)
+    if state.get("codec") == CODEC:
+        return False
+    atomic_write(path / WEIGHTS, lambda tmp: torch.save(_compacted(state), tmp))
+    return True
+
+
+def _compacted(state: dict) -> dict:
+    import zlib
+
+    seen: dict[tuple, str] = {}
+    out = {"codec": CODEC, "tensors": []}
+    for name, t in state.items():
+        t = t.detach().cpu()
+        ident = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        entry = {"name": name, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        if t.numel() and ident in seen:  # shared by reference (an S head layer): stored once
+            entry["same_as"] = seen[ident]
+        else:
+            seen[ident] = name
+            size = t.element_size()
+            planes = t.contiguous().view(torch.uint8).reshape(-1, size).T.contiguous().numpy()
+            high = 2 if t.is_floating_point() and size >= 4 else size
+            entry["raw"] = torch.from_numpy(planes[: size - high].copy()).reshape(-1)
+            entry["deflated"] = torch.frombuffer(bytearray(zlib.compress(planes[size - high:].tobytes(), 1)),
+                                                 dtype=torch.uint8)
+        out["tensors"].append(entry)
+    return out
+
+
+def _expanded(packed: dict) -> dict:
+    import zlib
+
+    import numpy as np
+
+    state: dict[str, torch.Tensor] = {}
+    for e in packed["tensors"]:
+        if "same_as" in e:
+            state[e["name"]] = state[e["same_as"]]
+            continue
+        dtype = getattr(torch, e["dtype"])
+        size = torch.empty((), dtype=dtype).element_size()
+        high = np.frombuffer(zlib.decompress(e["deflated"].numpy().tobytes()), dtype=np.uint8)
+        planes = np.concatenate([e["raw"].numpy(), high]).reshape(size, -1)
+        flat = torch.from_numpy(np.ascontiguousarray(planes.T).reshape(-1)).view(dtype)
+        state[e["name"]] = flat.reshape(e["shape"]).clone()
+    return state
+
+
+def read_weights(path: str | Path) -> dict:
+    """The bundle's stored state dict, compacted (compact_bundle) or not."""
+    state = torch.load(Path(path) / WEIGHTS, map_location="cpu", weights_only=True)
+    return _expanded(state) if state.get("codec") == CODEC else state
+
+
 def _bundle_folder(path: str | Path) -> Path:
     path = Path(path)
-    missing = [n for n in ("model.pt", "config.yaml", "tokenizer", "bundle.json") if not (path / n).exists()]
+    meta = path / "bundle.json"
+    named = meta.is_file() and "tokenizer" in json.loads(meta.read_text())
+    missing = [n for n in (WEIGHTS, "config.yaml", "bundle.json", *(() if named else ("tokenizer",)))
+               if not (path / n).exists()]
     if missing:
         raise BundleError(f"{path}: not a model bundle (missing {', '.join(missing)}); "
                           "give the best/ folder of a run")
@@ -321,15 +464,18 @@ def make_self_contained(path: str | Path, output: str | Path | None = None, enco
     copy = out.resolve() != path.resolve()
     if copy and out.exists():
         raise BundleError(f"--output {out}: exists; give a new folder")
-    model = load_model(path, device="cpu", encoder=encoder).model if is_slim(path) else None  # checks the digest
+    bundle = load_model(path, device="cpu", encoder=encoder) if is_slim(path) else None  # checks the digests
     if copy:
         shutil.copytree(path, out)
-    if model is not None:
+    if bundle is not None:
+        if not (out / "tokenizer").is_dir():
+            bundle.tokenizer.save_pretrained(out / "tokenizer")
         # model.pt first: a bundle stopped between the two writes still loads (load_stored).
         tmp = out / ".model.pt.tmp"
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(out / "model.pt")
+        torch.save(bundle.model.state_dict(), tmp)
+        tmp.replace(out / WEIGHTS)
         meta = json.loads((out / "bundle.json").read_text())
-        del meta["frozen"]
+        meta.pop("frozen")
+        meta.pop("tokenizer", None)
         (out / "bundle.json").write_text(json.dumps(meta, indent=2))
     return out

@@ -82,3 +82,22 @@ def test_footprint_bench_keeps_one_model_per_trial_and_heads_only_for_head_only(
     assert set(rows) == {"trial", "fine-tuned", "head-only", "frozen reference"}, out
     assert float(rows["fine-tuned"][-1]) <= 1.1, out  # folder / model: the model once
     assert float(rows["head-only"][2]) < 10 and float(rows["frozen reference"][2]) < 5, out  # MB
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+@pytest.mark.skipif(not MINILM.is_dir(), reason="../shared/models/all-MiniLM-L6-v2 absent")
+def test_overhead_bench_splits_every_trial_slot():
+    out = run("overhead.py", "--regimes", "2", "--seeds", "1", "--epochs", "1", "--steps", "1",
+              "--examples", "16", "--dev-examples", "8", "--concurrency", "1")
+    assert "2 of 2 trials finished" in out, out
+    table = [line.split() for line in out.splitlines() if line.startswith("  ") and not line.startswith("  median")]
+    assert table[0][:2] == ["trial", "slot"], out
+    rows = table[1:]
+    assert len(rows) == 2 and all(len(r) == 13 for r in rows), out  # the trial's key, then every column
+    for r in rows:
+        slot, fixed = float(r[1]), float(r[11])
+        assert slot > 0 and 0 <= fixed <= slot, out
+    assert "median fixed cost per trial" in out and "MB per trial on disk" in out, out
+    # One trial at a time: Tune runs both on the one worker it keeps (reuse_actors).
+    assert "| 1 worker process(es)" in out, out

@@ -10,9 +10,11 @@ CS224N training data that is minutes of a core saved per extra trial).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -75,3 +77,74 @@ def _locked(path: Path) -> Iterator[None]:
             # and a newcomer finds the file before it looks for a lock. No lock files pile up.
             lock.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- in the process
+
+REUSE_ENV = "MTBERT_REUSE"  # "0": nothing is kept between runs of a process (bench/overhead.py)
+
+
+class ProcessMemo:
+    """What a process keeps between the runs it makes. A sweep worker runs trial after trial
+    (Ray Tune reuses its actors), and loading the same tokenizer, data and frozen features
+    again was most of what a head-only trial cost besides its steps. Each entry is keyed by
+    everything that decides it, contents of the files read included, so a reused worker never
+    serves stale data; the least recently used entries go beyond `size`. Treat what it hands
+    out as read-only: the next run gets the same object."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: OrderedDict[Hashable, object] = OrderedDict()
+
+    def get(self, key: Hashable):
+        """The kept value, or None."""
+        if key not in self._items or os.environ.get(REUSE_ENV) == "0":
+            return None
+        self._items.move_to_end(key)
+        return self._items[key]
+
+    def keep(self, key: Hashable, value: T) -> T:
+        if os.environ.get(REUSE_ENV) != "0":
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """A digest of these files' names and contents (a missing file counts as missing): a few
+    milliseconds per MB, read from the page cache on every run that asks."""
+    h = hashlib.blake2b(digest_size=16)
+    for path in paths:
+        h.update(str(path).encode("utf-8", "surrogatepass") + b"\x1f")
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            h.update(b"\x00missing")
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def folder_stamp(folder: Path) -> tuple:
+    """The files of a folder (not its subfolders) by name, size and modification time: what a
+    process checks before it reuses what it loaded from there (a model's weights, too large to
+    read again for a digest on every run)."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return ()
+    stamp = []
+    for e in entries:
+        try:
+            if e.is_file():
+                st = e.stat()
+                stamp.append((e.name, st.st_size, st.st_mtime_ns, st.st_ino))
+        except OSError:
+            continue
+    return tuple(stamp)

@@ -308,6 +308,13 @@ def _split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, Col
     return Path(getattr(files, split)), files.format, files.columns, f"data.files.{task.name}.{split}"
 
 
+def input_files(cfg: Config) -> list[Path]:
+    """The files load_splits reads (none for synthetic data), made absolute."""
+    if cfg.data.source == "synthetic":
+        return []
+    return [_split_file(cfg, get_task(t), split)[0].resolve() for t in cfg.tasks for split in ("train", "dev")]
+
+
 def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
     """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
     return _read_split(cfg, get_task(task_name), split)

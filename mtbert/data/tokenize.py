@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -19,8 +20,8 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtbert.config import Config
-from mtbert.data.cache import build_once
-from mtbert.data.readers import DataError, load_splits
+from mtbert.data.cache import ProcessMemo, build_once, files_digest, folder_stamp
+from mtbert.data.readers import DataError, input_files, load_splits, resolve_files
 from mtbert.data.types import Batch, BadRows, Encoded, Example
 from mtbert.hub import pretrained_source
 from mtbert.tasks import TaskSpec, get_task
@@ -346,15 +347,57 @@ class Prepared:
                 + [t.summary() for t in self.truncation() if t.rows_cut])
 
 
+# The last data setups this process prepared: a sweep worker's next trial reads the same ones.
+_PREPARED = ProcessMemo(size=2)
+
+
+def _prepared_key(cfg: Config) -> tuple | None:
+    """Everything that decides what prepare() returns: the data config, the tasks' encodings
+    and max lengths, the contents of the files read and the tokenizer's folder as it is now.
+    None (nothing kept) where it cannot be said: a file or folder prepare() will report."""
+    from mtbert.config import to_dict
+
+    try:
+        files = input_files(cfg)
+        name = cfg.model.name_or_path
+        tokenizer: tuple = (name,)
+        if name != "tiny":  # tiny's is trained on the training texts: they are in the key
+            from mtbert.hub import pretrained_source
+
+            source, _ = pretrained_source(name, DataError)
+            tokenizer = (name, source, folder_stamp(Path(source)))
+    except (DataError, KeyError, ValueError, OSError):
+        return None
+    spec = {"tasks": list(cfg.tasks), "data": to_dict(cfg)["data"], "encoding": cfg.pairs.encoding,
+            "max_length": {t: cfg.max_length(t) for t in cfg.tasks}}
+    return json.dumps(spec, sort_keys=True, default=str), tokenizer, files_digest(files)
+
+
 def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
-    """Load every task's splits, get the tokenizer and tokenize (once per content: cached).
+    """Load every task's splits, get the tokenizer and tokenize (once per content: cached on
+    disk, and kept in the process for its next run: treat the result as read-only).
 
     Relative paths in cfg resolve against the current directory.
     """
+    resolve_files(cfg)  # in place, as load_splits would: the config records what was read
+    key = _prepared_key(cfg)
+    prepared = _PREPARED.get(key) if key is not None else None
+    if prepared is None:
+        prepared = _prepare(cfg)
+        if key is not None:
+            _PREPARED.keep(key, prepared)
+    if log is not None:
+        for bad in prepared.bad_rows:
+            if bad.total:
+                log(bad.summary())
+        for t in prepared.truncation():
+            if t.rows_cut:
+                log(t.summary())
+    return prepared
+
+
+def _prepare(cfg: Config) -> Prepared:
     splits, bad_rows = load_splits(cfg)
-    for bad in bad_rows:
-        if bad.total and log is not None:
-            log(bad.summary())
     train_texts = [t for train, _ in splits.values() for e in train for t in (e.text, e.text2) if t]
     tokenizer = get_tokenizer(cfg, train_texts)
     fingerprint = tokenizer_fingerprint(tokenizer)
@@ -366,9 +409,4 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
         for split, examples, out in (("train", train_ex, train), ("dev", dev_ex, dev)):
             out[name] = encode_cached(tokenizer, fingerprint, examples, task, cfg.pairs.encoding,
                                       cfg.max_length(name), cache_dir, split)
-    prepared = Prepared(tokenizer, train, dev, bad_rows)
-    if log is not None:
-        for t in prepared.truncation():
-            if t.rows_cut:
-                log(t.summary())
-    return prepared
+    return Prepared(tokenizer, train, dev, bad_rows)

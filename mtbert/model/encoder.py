@@ -5,6 +5,7 @@ from pathlib import Path
 
 from mtbert.config import Config, ConfigError
 from mtbert.hub import pretrained_source
+from mtbert.model.sharing import check_depth
 
 
 def encoder_config(cfg: Config, vocab_size: int | None = None):
@@ -75,10 +76,33 @@ def load_encoder(cfg: Config, vocab_size: int | None = None, architecture=None):
         enc, info = AutoModel.from_pretrained(source, output_loading_info=True, **kwargs)
         # Which parameters start from random init decides their learning rate (optim.head_lr).
         enc.mtbert_new_params = set(info.get("missing_keys", ()))
+        enc.mtbert_origin = weights_origin(source)
     if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
         raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}' is not a BERT-family "
                           "encoder (needs .embeddings and .encoder.layer)")
     return enc
+
+
+def weights_origin(source: str) -> tuple | None:
+    """Where pretrained weights were read from, as the files stand now (folder_stamp): two
+    loads with the same origin hold the same weights, so what a process derived from one
+    (the frozen layers' digest, train/frozen.py) holds for the other. None where the folder
+    is unknown."""
+    from mtbert.data.cache import folder_stamp
+
+    folder = Path(source)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(source, "config.json")
+        except Exception:  # noqa: BLE001 - no origin: nothing is reused
+            return None
+        if not isinstance(found, str):
+            return None
+        folder = Path(found).parent
+    stamp = folder_stamp(folder)
+    return (str(folder.resolve()), stamp) if stamp else None
 
 
 def check_against_encoder(cfg: Config) -> int:
@@ -96,11 +120,5 @@ def check_against_encoder(cfg: Config) -> int:
             if value > limit:
                 raise ConfigError(f"{key}: {value} > {limit}, the position limit of "
                                   f"'{cfg.model.name_or_path}' (max_position_embeddings)")
-    k = cfg.sharing.encoder_shared_layers
-    if k is not None and k > n_layers:
-        raise ConfigError(f"sharing.encoder_shared_layers: {k} > {n_layers} layers of "
-                          f"'{cfg.model.name_or_path}'")
-    if cfg.freeze.layers > n_layers:
-        raise ConfigError(f"freeze.layers: {cfg.freeze.layers} > {n_layers} layers of "
-                          f"'{cfg.model.name_or_path}'")
+    check_depth(cfg, n_layers)
     return n_layers

@@ -23,6 +23,7 @@ from mtbert.config import Config, ConfigError
 from mtbert.data.types import Batch, Encoded
 from mtbert.model.encoder import load_encoder
 from mtbert.model.heads import Heads
+from mtbert.model.sharing import check_depth, check_heads
 from mtbert.tasks import TaskSpec, get_task
 
 
@@ -142,16 +143,14 @@ class MultitaskModel(nn.Module):
         super().__init__()
         self.tasks: list[TaskSpec] = [get_task(t) for t in cfg.tasks]
         self.encoding = cfg.pairs.encoding
+        # The config's own checks (a config built by hand has not been through them).
+        cfg.sharing.check(cfg)
+        check_heads(cfg)
         # Tasks whose head is the cosine of the two sentence vectors (task_options.<t>.head,
-        # or sts.head for sts); config.validate checks they are bi-encoded regression pairs.
+        # or sts.head for sts): bi-encoded regression pairs, as check_heads made sure.
         self.cosine_tasks = {t for t in cfg.tasks if cfg.task_head(t) in ("cosine", "cosine_mlp")}
         self.cosine_mlp_tasks = {t for t in cfg.tasks if cfg.task_head(t) == "cosine_mlp"}
         self.sts_cosine = "sts" in self.cosine_tasks
-        if self.cosine_tasks and self.encoding != "bi":
-            raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors)")
-        if cfg.sharing.cascade != "none" and self.encoding == "bi":
-            raise ConfigError("sharing.cascade: not supported with pairs.encoding: bi "
-                              "(upstream heads read one pooled vector per example)")
         self.pad_token_id = pad_token_id
         self.length_buckets = cfg.train.length_buckets
         self.call_cost: float | None = None  # overrides the setting (tests, bench)
@@ -161,10 +160,8 @@ class MultitaskModel(nn.Module):
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)
         self.num_layers = n = len(layers)
-        k = n if cfg.sharing.encoder_shared_layers is None else cfg.sharing.encoder_shared_layers
-        if k > n:
-            raise ConfigError(f"sharing.encoder_shared_layers: {k} > {n} encoder layers")
-        self.k = k
+        check_depth(cfg, n)
+        self.k = k = n if cfg.sharing.encoder_shared_layers is None else cfg.sharing.encoder_shared_layers
         names = [t.name for t in self.tasks]
         self.embeddings = enc.embeddings
         self.shared_layers = nn.ModuleList(layers[:k])
@@ -201,7 +198,7 @@ class MultitaskModel(nn.Module):
             t.name: nn.Linear(4 * hidden, hidden) for t in self.tasks
             if t.pair and self.encoding == "bi" and t.name not in self.cosine_tasks})
 
-        self.cascade = cfg.sharing.cascade.split(">") if cfg.sharing.cascade != "none" else []
+        self.cascade = cfg.sharing.chain()
         in_dims = {}
         for t in self.tasks:
             extra = 0
@@ -219,6 +216,10 @@ class MultitaskModel(nn.Module):
             raise ConfigError(str(exc)) from None
         self._freeze(cfg.freeze.layers)
         self.train()  # frozen modules start in eval mode too
+        # Where the pretrained weights came from, and the frozen tensors as loaded: while none
+        # of them is written, a digest this process took of the same origin holds (frozen_digest).
+        self.weights_origin = getattr(enc, "mtbert_origin", None)
+        self.loaded_versions = self.frozen_versions()
 
     # ------------------------------------------------------------------ structure
     def _freeze(self, n: int) -> None:
@@ -243,6 +244,16 @@ class MultitaskModel(nn.Module):
         """State-dict keys of the frozen tensors, every task's private copy included."""
         ids = {id(t) for m in self._frozen for t in m.state_dict(keep_vars=True).values()}
         return {k for k, t in self.state_dict(keep_vars=True).items() if id(t) in ids}
+
+    def digest_modules(self) -> list[nn.Module]:
+        """The embeddings and the first frozen_depth layers as a task sees them: the weights
+        that decide the frozen bottom's output (a frozen private copy equals the others)."""
+        return [self.embeddings] + [self.layer(i) for i in range(self.frozen_depth)]
+
+    def frozen_versions(self) -> tuple:
+        """Identity and write count of every tensor of digest_modules: any write changes it."""
+        return tuple((id(t), t._version) for m in self.digest_modules()
+                     for t in m.state_dict(keep_vars=True).values())
 
     def frozen_from_checkpoint(self) -> bool:
         """Whether every frozen tensor is the pretrained checkpoint's own (none random-init),
@@ -432,10 +443,29 @@ def count_params(model: nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
 
 
+# Serialized sizes by state-dict layout: a sweep worker builds the same architecture trial
+# after trial, and serializing MiniLM to measure it took a fifth of a second each time.
+_SIZES = None
+
+
 def model_size_mb(model: nn.Module) -> float:
-    """Size of the serialized state dict (torch.save stores a shared tensor once)."""
+    """Size of the serialized state dict (torch.save stores a shared tensor once). It depends
+    on the layout alone (names, shapes, dtypes, which tensors share storage), never on the
+    values, so the process keeps it by that layout."""
     import io
 
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    return buf.tell() / 2**20
+    from mtbert.data.cache import ProcessMemo
+
+    global _SIZES
+    _SIZES = _SIZES or ProcessMemo(size=32)
+    state = model.state_dict()
+    first: dict[int, int] = {}
+    layout = tuple((k, tuple(t.shape), str(t.dtype), t.storage_offset(), tuple(t.stride()),
+                    first.setdefault(t.untyped_storage().data_ptr(), i), t.untyped_storage().nbytes())
+                   for i, (k, t) in enumerate(state.items()))
+    size = _SIZES.get(layout)
+    if size is None:
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        size = _SIZES.keep(layout, buf.tell() / 2**20)
+    return size

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from mtbert.data.cache import build_once
+from mtbert.data.cache import ProcessMemo, build_once
 from mtbert.data.tokenize import TaskDataset, collate
 from mtbert.data.types import Batch
 from mtbert.model.multitask import MultitaskModel, Packed, _additive_mask
@@ -64,28 +64,45 @@ def _digest_params(modules: Sequence[torch.nn.Module]) -> str:
     return h.hexdigest()
 
 
+# Digests of pretrained weights as loaded, by (origin, frozen depth): a sweep worker's next
+# trial loads the same encoder, and hashing it again cost a fifth of a second.
+_LOADED_DIGESTS = ProcessMemo(size=8)
+
+
 def frozen_digest(model: MultitaskModel) -> str:
     """Digest of the frozen weights: the embeddings and the first frozen_depth layers as a task
     sees them (a frozen private copy equals the others). It keys the stored blocks here and
     names the frozen part in a slim bundle or checkpoint (mtbert/bundle.py). Hashing MiniLM
     takes a fifth of a second, so it is kept with the model until a load writes into one of
-    those tensors (which bumps the tensor's version)."""
-    modules = [model.embeddings] + [model.layer(i) for i in range(model.frozen_depth)]
-    tensors = [t for m in modules for t in m.state_dict(keep_vars=True).values()]
-    version = tuple((id(t), t._version) for t in tensors)
+    those tensors (which bumps the tensor's version), and kept in the process for models
+    whose frozen tensors are still, untouched, the pretrained files' (MultitaskModel.weights_origin)."""
+    modules = model.digest_modules()
+    version = model.frozen_versions()
     memo = getattr(model, "_frozen_digest", None)
     if memo is None or memo[0] != version:
-        memo = (version, _digest_params(modules))
+        as_loaded = (model.weights_origin is not None and version == model.loaded_versions
+                     and model.frozen_from_checkpoint())
+        key = (model.weights_origin, model.frozen_depth)
+        digest = _LOADED_DIGESTS.get(key) if as_loaded else None
+        if digest is None:
+            digest = _digest_params(modules)
+            if as_loaded:
+                _LOADED_DIGESTS.keep(key, digest)
+        memo = (version, digest)
         model._frozen_digest = memo
     return memo[1]
 
 
 def _digest_side(ds: TaskDataset, side: int) -> str:
-    p = ds.packed[side]
-    h = hashlib.blake2b(digest_size=16)
-    for t in (p.ids, p.types, p.lengths):
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()
+    # Kept on the dataset, which prepare() may hand to the process's next run as it is.
+    digests = ds.__dict__.setdefault("_frozen_side_digests", {})
+    if side not in digests:
+        p = ds.packed[side]
+        h = hashlib.blake2b(digest_size=16)
+        for t in (p.ids, p.types, p.lengths):
+            h.update(t.numpy().tobytes())
+        digests[side] = h.hexdigest()
+    return digests[side]
 
 
 def estimate_mb(model: MultitaskModel, datasets: Sequence[TaskDataset]) -> float:
@@ -130,6 +147,11 @@ def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int,
     return Side(torch.cat(blocks).contiguous(), offsets, block_lengths)
 
 
+# The stored blocks this process has memory-mapped, by file: a sweep worker's next trial
+# reads the same ones (read-only, shared with every process through the page cache).
+_OPENED = ProcessMemo(size=64)
+
+
 class FrozenCache:
     """Stored frozen-layer outputs for every task, split and side of a run's data."""
 
@@ -150,9 +172,13 @@ class FrozenCache:
                     key = hashlib.blake2b(f"v{CACHE_VERSION}|{weights}|{self.start}|{pooling}|{precision}|"
                                           f"{_digest_side(ds, s)}".encode(), digest_size=12).hexdigest()
                     path = cache_dir / f"frozen-{task}-{split}-{s}-{key}.pt"
-                    side, built = build_once(
-                        path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast),
-                        lambda side, tmp: torch.save({"flat": side.flat, "lengths": side.lengths}, tmp))
+                    # A file's name is its content's key: the one this process opened is current.
+                    side, built = _OPENED.get(path.resolve()), False
+                    if side is None:
+                        side, built = build_once(
+                            path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast),
+                            lambda side, tmp: torch.save({"flat": side.flat, "lengths": side.lengths}, tmp))
+                        _OPENED.keep(path.resolve(), side)
                     self.built += built
                     sides.append(side)
                 self.sides[(split, task)] = sides
@@ -196,3 +222,24 @@ def _load(path: Path) -> Side | None:
 def usable(model: MultitaskModel, cfg) -> bool:
     """Whether this run can use the cache at all (see the module docstring)."""
     return (cfg.train.frozen_cache_mb > 0 and model.cache_safe() and cfg.loss.smart.weight == 0)
+
+
+def setup_signature(cfg) -> str:
+    """What decides whether a run reads the frozen-layer cache and which blocks it reads, as
+    config: runs with the same signature share their blocks (the keys above are their
+    contents', so a signature that splits runs too finely only costs a lookup). A sweep's
+    driver builds the blocks once per signature before its first trial."""
+    import json
+
+    from mtbert.config import to_dict
+
+    raw = to_dict(cfg)
+    train = raw.get("train", {})
+    keep = {"tasks": raw.get("tasks"), "model": raw.get("model"), "data": raw.get("data"),
+            "pairs": raw.get("pairs"), "task_options": raw.get("task_options"), "freeze": raw.get("freeze"),
+            "sharing": {k: raw.get("sharing", {}).get(k) for k in ("encoder_shared_layers", "pal_size")},
+            "smart": raw.get("loss", {}).get("smart", {}).get("weight"),
+            "train": {k: train.get(k) for k in ("precision", "device", "frozen_cache_mb", "probe")},
+            # A tiny encoder's weights follow the seed; a pretrained one's are its files.
+            "seed": train.get("seed") if cfg.model.name_or_path == "tiny" else None}
+    return json.dumps(keep, sort_keys=True, default=str)

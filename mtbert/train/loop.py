@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import random
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import yaml
 
+from mtbert import figures
 from mtbert.bundle import frozen_reference, load_stored, stored_state
 from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, task_schedule
@@ -34,6 +35,7 @@ from mtbert.train import measure
 from mtbert.train.frozen import FrozenCache, estimate_mb
 from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
+from mtbert.train.precision import autocast_for
 from mtbert.train.state import STATE_FILE, capture_rng, restore_rng, sampler_position
 from mtbert.train.weighting import Weighting, make_weighting
 
@@ -50,10 +52,11 @@ class Result:
     # The model as the last epoch left it, in memory (not saved, not in to_dict); the best
     # epoch's bundle is output_dir/best. train.probe fine-tunes from its probe's.
     model: MultitaskModel | None = field(default=None, repr=False, compare=False)
+    timings: dict = field(default_factory=dict)  # seconds per phase (measure.Phases.snapshot)
 
     def to_dict(self) -> dict:
         return {"metrics": self.metrics, "epochs": self.epochs, "config": self.config,
-                "data_report": self.data_report, "truncation": self.truncation}
+                "data_report": self.data_report, "truncation": self.truncation, "timings": self.timings}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -127,21 +130,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: i
     return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
 
 
-def use_bf16(precision: str, device: torch.device) -> bool:
-    """train.precision: auto is bf16 on CUDA and on CPUs with native bf16 matmuls."""
-    if precision != "auto":
-        return precision == "bf16"
-    return device.type == "cuda" or (device.type == "cpu" and measure.cpu_has_bf16())
-
-
-def autocast_for(precision: str, device: torch.device) -> tuple[bool, Callable]:
-    """(bf16?, a factory of the context every forward of the run enters): one answer for
-    training, evaluation and anyone who re-evaluates a run's model the way the run did."""
-    if use_bf16(precision, device):
-        return True, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return False, nullcontext
-
-
 def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
     if cfg.sampling.steps_per_epoch:
         return cfg.sampling.steps_per_epoch
@@ -205,25 +193,34 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     With a `reporter` the state goes to it instead (a sweep trial: Tune's checkpoint is the
     state its retries and resumes start from, so a copy in the trial's folder would only
     cost a model and its optimizer moments of disk writes every epoch).
-    `progress`, when given, is told about every step (mtbert/train/progress.py)."""
+    `progress`, when given, is told about every step (mtbert/train/progress.py).
+    Every report's metrics carry `timings`: seconds per phase so far (measure.Phases)."""
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
     device = measure.pick_device(cfg.train.device)
     bf16, autocast = autocast_for(cfg.train.precision, device)
+    phase = measure.Phases(device)
 
-    prepared = prepared or prepare(cfg, log=log)
+    with phase("data"):
+        prepared = prepared or prepare(cfg, log=log)
     tok = prepared.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
+    with phase("model"):
+        model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
     # A resumed run's state already holds the probed heads (and the probe's time and FLOPs).
-    probed = _probe(model, cfg, prepared, log) if cfg.train.probe and resume_from is None else None
-    cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, bf16, log)
+    probed = None
+    if cfg.train.probe and resume_from is None:
+        with phase("probe"):
+            probed = _probe(model, cfg, prepared, log)
+    with phase("cache"):
+        cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, bf16, log)
     start = cache.start if cache is not None else 0
-    weighting = make_weighting(cfg, device)
-    optimizer = make_optimizer(model, cfg, weighting.parameters())
-    shared = model.shared_parameters()
-    params_total, params_trainable = count_params(model)
-    size_mb = model_size_mb(model)
+    with phase("model"):
+        weighting = make_weighting(cfg, device)
+        optimizer = make_optimizer(model, cfg, weighting.parameters())
+        shared = model.shared_parameters()
+        params_total, params_trainable = count_params(model)
+        size_mb = model_size_mb(model)
 
     sizes = {t: len(ds) for t, ds in prepared.train.items()}
     n_steps = steps_per_epoch(cfg, sizes)
@@ -241,7 +238,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     saves_state = cfg.train.save_checkpoint and (output_dir is not None or reporter is not None)
     # The frozen tensors, when a pretrained model holds them, are named in the resumable state
     # rather than stored (mtbert/bundle.py): the run that resumes builds them from that model.
-    reference = frozen_reference(model, cfg) if saves_state else None
+    with phase("checkpoint"):
+        reference = frozen_reference(model, cfg) if saves_state else None
     rng_state = None
     if resume_from is not None:
         state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
@@ -273,12 +271,15 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     # cache) drew from the generators differently on a resume; the steps now draw what they
     # would have. (PCGrad's own generator is in the weighting method's state.)
     restore_rng(rng_state)
-    measure.reset_peak_memory(device)
+    with phase("model"):  # it collects what earlier runs of the process left
+        measure.reset_peak_memory(device)
     # Checking finiteness needs a host sync; on CPU it is free, on GPU we batch the check.
     check_every = 1 if device.type == "cpu" else 25
     out_dir = Path(output_dir) if output_dir else None
-    best = max(history, key=lambda m: m["overall"]) if history else None
-    since_best = len(history) - history.index(best) - 1 if best else 0
+    bundle_saved = False  # by this call: a resumed run's best/ is a copy, rewritten whole once
+    # Every checkpoint carries the config; the same text each epoch.
+    config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False) if reporter is not None and saves_state else ""
+    since_best = len(history) - 1 - figures.best_epoch_index(history) if history else 0
 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         if cfg.train.patience is not None and since_best >= cfg.train.patience:
@@ -327,7 +328,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                     progress.step(epoch, step, len(schedule), seqs, losses)
         epoch_time = timer.elapsed - epoch_t0
 
-        scores = evaluate(model, prepared.dev, cfg, device, pad_id, autocast, cache)
+        with phase("eval"):
+            scores = evaluate(model, prepared.dev, cfg, device, pad_id, autocast, cache)
         mean_loss = (loss_sum / loss_cnt.clamp(min=1)).tolist()
         mean_weight, trained = (weight_sum / loss_cnt.clamp(min=1)).tolist(), loss_cnt.tolist()
         weighting.end_epoch({t: mean_loss[i] for i, t in enumerate(cfg.tasks)})
@@ -340,40 +342,45 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                  lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
                  peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
                  params_total=params_total, params_trainable=params_trainable, **trunc, **start_from)
-        if best is None or m["overall"] > best["overall"]:
-            best, since_best = m, 0
+        history.append(m)
+        # The best epoch is the summary's (figures.py), so the bundle saved is the one it names.
+        summary = figures.summary(history)
+        if summary["best_epoch"] == epoch:
+            since_best = 0
             if out_dir is not None and cfg.train.save_checkpoint:
-                _save_model(model, cfg, out_dir / "best", tok)
+                with phase("checkpoint"):
+                    # After this run's first save only the weights change (bundle.save_bundle).
+                    _save_model(model, cfg, out_dir / "best", tok, weights_only=bundle_saved)
+                bundle_saved = True
         else:
             since_best += 1
-        m.update(best_overall=best["overall"], best_epoch=best["epoch"])
-        history.append(m)
+        m.update(best_overall=summary["overall"], best_epoch=summary["best_epoch"])
         if progress is not None:
             progress.end_epoch()
         log(_epoch_line(m, cfg))
         state = None
-        if saves_state:
-            state = _state(model, reference, optimizer, scheduler, weighting, history, timer.elapsed, epoch)
-        if out_dir is not None and state is not None and reporter is None:
-            _save_state(state, out_dir / "last")
         out_of_patience = cfg.train.patience is not None and since_best >= cfg.train.patience
+        last = epoch == cfg.train.epochs or out_of_patience
+        with phase("checkpoint"):
+            if saves_state:
+                # The final state keeps no weights (_final_state): none are captured for it.
+                state = _state(model, reference, optimizer, scheduler, weighting, history, timer.elapsed,
+                               epoch, weights=not (last and reporter is not None))
+            if out_dir is not None and state is not None and reporter is None:
+                _save_state(state, out_dir / "last")
         if reporter is not None:
-            if state is not None and (epoch == cfg.train.epochs or out_of_patience):
+            if state is not None and last:
                 state = _final_state(state)
-            _report(reporter, m, state, cfg, out_dir)
+            # The summary rides every report: a trial its scheduler stops never returns.
+            _report(reporter, {**m, figures.SUMMARY_KEY: summary}, state, config_text, out_dir, phase,
+                    timer.elapsed)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
-                f"best epoch {best['epoch']}")
+                f"best epoch {summary['best_epoch']}")
             break
 
-    keep = {get_task(t).metric_name for t in cfg.tasks} | {"overall", "overall_cs224n"}
-    final = {k: best[k] for k in best if k in keep}
-    final.update(best_epoch=best["epoch"], train_time_s=timer.elapsed, train_flops=flops,
-                 peak_memory_mb=max(h["peak_memory_mb"] for h in history), model_size_mb=size_mb,
-                 params_total=params_total, params_trainable=params_trainable, epochs_run=len(history),
-                 **trunc, **start_from)
-    result = Result(final, history, to_dict(cfg), prepared.data_report(),
-                    [t.to_dict() for t in prepared.truncation()], model)
+    result = Result(figures.summary(history), history, to_dict(cfg), prepared.data_report(),
+                    [t.to_dict() for t in prepared.truncation()], model, phase.snapshot(timer.elapsed))
     if out_dir is not None:
         result.save(out_dir / "result.json")
     return result
@@ -386,16 +393,42 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
     metrics. Without the frozen-layer cache (PALs, or over train.frozen_cache_mb) every probe
     step runs the whole encoder forward (no backward): about a third of what fine-tuning for
     one pass over the training data would cost."""
+    # One epoch, so its last model is its best: handed over in memory, nothing written to disk.
+    result = train(_probe_config(cfg), prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
+    model.load_state_dict(result.model.state_dict())
+    log(f"probe: heads trained on the frozen encoder (overall {result.metrics['overall']:.4f}); fine-tuning from them")
+    return result.metrics
+
+
+def _probe_config(cfg: Config) -> Config:
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
     probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache
-    # One epoch, so its last model is its best: handed over in memory, nothing written to disk.
-    result = train(probe, prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
-    model.load_state_dict(result.model.state_dict())
-    log(f"probe: heads trained on the frozen encoder (overall {result.metrics['overall']:.4f}); fine-tuning from them")
-    return result.metrics
+    return probe
+
+
+def build_frozen_cache(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[int, float]:
+    """The frozen-layer cache (train/frozen.py) that a run of `cfg` reads, and its probe's
+    (train.probe), made ready as train() would make it (same seed, device, precision and
+    data, so the same keys) without training: a sweep's driver calls it once per distinct
+    setup before its first trial, so no trial waits for it. Returns (blocks computed, seconds
+    spent computing them); (0, 0.0) where every block was stored already or the run reads none."""
+    log = log or (lambda _msg: None)
+    built, seconds = 0, 0.0
+    for run in ([_probe_config(cfg)] if cfg.train.probe else []) + [cfg]:
+        seed_everything(run.train.seed)
+        device = measure.pick_device(run.train.device)
+        bf16, autocast = autocast_for(run.train.precision, device)
+        prepared = prepare(run, log=None)
+        tok = prepared.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        model = MultitaskModel(run, vocab_size=len(tok), pad_token_id=pad_id).to(device)
+        cache, s = _frozen_cache(model, prepared, run, pad_id, device, autocast, bf16, log)
+        if cache is not None:
+            built, seconds = built + cache.built, seconds + s
+    return built, seconds
 
 
 def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id: int, device, autocast,
@@ -434,9 +467,15 @@ def train_step(model: MultitaskModel, batches: list[Batch], idx_of, weighting: W
             loss = loss + cfg.loss.smart.weight * smart_term(model, b, task, out[b.task].float(), cfg, autocast)
         losses[b.task] = loss
         raws.append(raw.detach())
-    # `scale` averages the micro-batches of one optimizer step (train.grad_accum).
-    step_weights = weighting.backward({t: l * scale for t, l in losses.items()} if scale != 1.0 else losses,
-                                      shared)
+    if not any(l.requires_grad for l in losses.values()) and not weighting.parameters():
+        # Nothing this step reaches can learn (a cosine STS head on a wholly frozen encoder has
+        # no parameters, and round robin gives it steps of its own): no backward, and the
+        # optimizer step that follows changes nothing.
+        step_weights = {t: torch.zeros((), device=device) for t in losses}
+    else:
+        # `scale` averages the micro-batches of one optimizer step (train.grad_accum).
+        step_weights = weighting.backward({t: l * scale for t, l in losses.items()} if scale != 1.0 else losses,
+                                          shared)
     return torch.stack([l.detach() for l in losses.values()]), raws, step_weights, packed
 
 
@@ -486,10 +525,10 @@ def _epoch_line(m: dict, cfg: Config) -> str:
             f"| {m['seq_per_s']:.0f} seq/s, pad {m['pad_fraction']:.0%}, train {m['train_time_s']:.1f}s")
 
 
-def _save_model(model, cfg: Config, path: Path, tokenizer) -> None:
+def _save_model(model, cfg: Config, path: Path, tokenizer, weights_only: bool = False) -> None:
     from mtbert.bundle import save_bundle
 
-    save_bundle(path, model, cfg, tokenizer)
+    save_bundle(path, model, cfg, tokenizer, weights_only=weights_only)
 
 
 def _take_best(kept: Path, best: Path) -> None:
@@ -505,14 +544,18 @@ def _take_best(kept: Path, best: Path) -> None:
 
 
 def _state(model, reference: dict | None, optimizer, scheduler, weighting: Weighting, history, train_time,
-           epoch: int) -> dict:
+           epoch: int, weights: bool = True) -> dict:
     """Everything a resume needs to continue as if never stopped (mtbert/train/state.py). The
     optimizer holds nothing for frozen tensors, and the model's frozen tensors are named by
-    `reference` when a pretrained model holds them (mtbert/bundle.py)."""
-    return {"model": stored_state(model, reference), "frozen": reference, "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "weighting": weighting.state_dict(), "history": history,
-            "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
-            "sampler": sampler_position(epoch)}
+    `reference` when a pretrained model holds them (mtbert/bundle.py). `weights=False`: the
+    history and counters only (a finished run's last checkpoint, _final_state)."""
+    state = {"history": history, "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
+             "sampler": sampler_position(epoch)}
+    if weights:
+        state.update({"model": stored_state(model, reference), "frozen": reference,
+                      "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                      "weighting": weighting.state_dict()})
+    return state
 
 
 def _final_state(state: dict) -> dict:
@@ -532,9 +575,21 @@ def _save_state(state: dict, path: Path) -> None:
     tmp.replace(path / STATE_FILE)
 
 
-def _report(reporter: Reporter, m: dict, state: dict | None, cfg: Config, out_dir: Path | None) -> None:
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(src, dst)
+
+
+def _report(reporter: Reporter, m: dict, state: dict | None, config_text: str, out_dir: Path | None,
+            phase: measure.Phases, train_s: float) -> None:
+    """`config_text`: the run's config as YAML, kept in the checkpoint. `phase`: checkpoint for
+    the folder written here, report for the reporter's own time (in a sweep: Tune persisting
+    the folder and handing the report to the driver)."""
     if state is None:
-        reporter(dict(m), None)
+        with phase("report"):
+            reporter({**m, "timings": phase.snapshot(train_s)}, None)
         return
     best_dir = out_dir / "best" if out_dir is not None else None
     # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
@@ -543,13 +598,19 @@ def _report(reporter: Reporter, m: dict, state: dict | None, cfg: Config, out_di
         out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
     try:
-        torch.save(state, tmp / STATE_FILE)
-        (tmp / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
-        # the driver finds it to log the model to MLflow (a trial's own folder may be on
-        # another node, or in Ray's session folder).
-        if best_dir is not None and best_dir.is_dir():
-            shutil.copytree(best_dir, tmp / "best")
-        reporter(dict(m), str(tmp))  # the reporter persists the directory if it wants it
+        with phase("checkpoint"):
+            torch.save(state, tmp / STATE_FILE)
+            (tmp / "config.yaml").write_text(config_text)
+            # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
+            # the driver finds it to log the model to MLflow (a trial's own folder may be on
+            # another node, or in Ray's session folder).
+            # Linked, not copied, where the folder allows: the reporter copies what it keeps,
+            # this folder goes when it returns, and the bundle's files are replaced by a rename
+            # (save_bundle), never written through a link.
+            if best_dir is not None and best_dir.is_dir():
+                shutil.copytree(best_dir, tmp / "best", copy_function=_link_or_copy)
+        with phase("report"):
+            # The reporter persists the directory if it wants it.
+            reporter({**m, "timings": phase.snapshot(train_s)}, str(tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

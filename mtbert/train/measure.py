@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -40,6 +43,29 @@ class StepTimer:
         self.elapsed += time.perf_counter() - self._t0
 
 
+class Phases:
+    """Wall seconds a run spends in each phase around its training steps (data, model, cache,
+    eval, checkpoint, report): what a sweep trial costs besides the work it exists for, so a
+    fixed cost that creeps in shows where (bench/overhead.py). A phase entered again adds up."""
+
+    def __init__(self, device: torch.device | None = None):
+        self.device, self.seconds = device, {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.device is not None:
+                sync(self.device)
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def snapshot(self, train_s: float) -> dict[str, float]:
+        """The phases so far, with the training steps' own time as `train`."""
+        return {**{k: round(v, 4) for k, v in self.seconds.items()}, "train": round(train_s, 4)}
+
+
 # On CPU the peak is the process's resident-set high-water mark. Ray runs a sweep's trials one
 # after another in the same worker process, so the lifetime peak (getrusage) would carry the
 # largest earlier trial into every later one; Linux can reset the mark (proc(5), clear_refs
@@ -54,6 +80,7 @@ def reset_peak_memory(device: torch.device) -> None:
     # The mark resets to the current RSS, which still holds what earlier runs in this process
     # freed but the allocator kept: collect and hand it back to the OS first (glibc only).
     gc.collect()
+    _freeze_once()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -63,6 +90,23 @@ def reset_peak_memory(device: torch.device) -> None:
             f.write("5")
     except OSError:
         pass
+
+
+_frozen = False
+
+
+def _freeze_once() -> None:
+    """At the first run of a process, what lives then (the libraries, what the process keeps
+    between runs: mtbert/data/cache.py ProcessMemo) moves out of the collector's sight, so
+    the collection above scans only what later runs make: in a sweep worker with torch and
+    transformers loaded it took 0.3-0.6 s of every trial. Objects of that first run that
+    later become cyclic garbage stay (a run leaves a few hundred small ones, once)."""
+    global _frozen
+    from mtbert.data.cache import REUSE_ENV
+
+    if not _frozen and os.environ.get(REUSE_ENV) != "0":
+        gc.freeze()
+        _frozen = True
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -134,6 +134,8 @@ def test_collate_uses_the_given_pad_id(tiny):
 
 @pytest.fixture
 def count_encodes(monkeypatch):
+    # What the cache on disk saves: the process keeps nothing of its own here (ProcessMemo).
+    monkeypatch.setenv("MTBERT_REUSE", "0")
     calls: list[tuple[str, int]] = []
     real = tokenize.encode_examples
 

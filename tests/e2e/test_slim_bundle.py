@@ -260,8 +260,8 @@ def test_a_trials_output_best_becomes_a_link_to_its_checkpoint(resumable, tmp_pa
     ckpt = Path(shutil.copytree(tmp / "ckpt", trial / "checkpoint_000000"))
     out = Path(shutil.copytree(tmp / "trial", trial / "output"))
     (out / ".checkpoint-stopped" / "best").mkdir(parents=True)  # a report the trial was stopped in
-    before = (ckpt / "best" / "model.pt").read_bytes()
     keep_one_model(SimpleNamespace(path=str(trial), checkpoint=tune.Checkpoint.from_directory(str(ckpt))))
+    before = (ckpt / "best" / "model.pt").read_bytes()  # compacted there (bundle.compact_bundle)
     assert (out / "best").is_symlink() and (out / "best").resolve() == (ckpt / "best").resolve()
     assert not os.path.isabs(os.readlink(out / "best"))  # the sweep folder can move
     assert sorted(p.name for p in out.iterdir()) == ["best"]

@@ -1,6 +1,7 @@
 """End to end: the real `mtbert train` CLI on synthetic data learns; plug-in tasks; NaN stops."""
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -86,3 +87,14 @@ def test_resume_continues_from_checkpoint(tmp_path):
     assert [e["epoch"] for e in resumed.epochs] == [1, 2, 3]
     assert resumed.epochs[0] == full.epochs[0]  # epoch 1 comes from the checkpoint's history
     torch.testing.assert_close(resumed.metrics["overall"], full.metrics["overall"], atol=0.05, rtol=0)
+
+
+def test_a_step_with_nothing_to_learn_is_skipped(tmp_path):
+    """A cosine STS head on a wholly frozen encoder has no parameters: with round robin, a step
+    drawing only STS reaches nothing trainable, and the run goes on instead of failing in
+    backward."""
+    cfg = build_config({}, {"freeze.layers": -1, "sts.head": "cosine", "sampling.strategy": "round_robin",
+                            "data.cache_dir": str(tmp_path / "cache"), "train.epochs": 1})
+    result = train(cfg, log=None)
+    assert result.metrics["best_epoch"] == 1
+    assert all(math.isfinite(result.metrics[m]) for m in ("sst_acc", "para_acc", "sts_corr"))

@@ -161,3 +161,33 @@ def test_resume_without_a_previous_run_is_one_line(tmp_path):
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("mtbert: error: --resume:") and "Traceback" not in proc.stderr
+
+
+def test_every_checkpoint_carries_the_best_epochs_bundle_as_it_stood(cfg, straight, tmp_path):
+    """After its first save a run rewrites only best/model.pt (the rest of the bundle is the
+    same at every epoch), and a checkpoint links rather than copies the bundle's files: each
+    persisted checkpoint must still hold a whole bundle, with the weights of the epoch that was
+    best when it was reported."""
+    from mtbert.bundle import load_model, read_weights
+
+    kept: list[tuple[dict, Path]] = []
+
+    def reporter(metrics, checkpoint_dir):
+        kept.append((metrics, Path(shutil.copytree(checkpoint_dir, tmp_path / f"epoch{metrics['epoch']}"))))
+
+    out = tmp_path / "out"
+    train(cfg, reporter=reporter, output_dir=out, log=None)
+    best_epochs = [m["best_epoch"] for m, _ in kept]
+    assert best_epochs == [e["best_epoch"] for e in straight.epochs]
+    assert any(m["best_epoch"] == m["epoch"] > 1 for m, _ in kept[:-1]), best_epochs  # a weights-only save
+    for metrics, folder in kept:
+        assert {p.name for p in (folder / "best").iterdir()} >= {"model.pt", "config.yaml", "bundle.json"}
+        if metrics["best_epoch"] == metrics["epoch"] and metrics["epoch"] < len(kept):
+            # That epoch's model is also the checkpoint's resumable state (not the final one's).
+            state = torch.load(folder / STATE_FILE, weights_only=False)["model"]
+            weights = read_weights(folder / "best")
+            assert weights.keys() == state.keys()
+            assert all(torch.equal(weights[k], state[k]) for k in state)
+    last_best = kept[-1][1] / "best"
+    assert (out / "best" / "model.pt").read_bytes() == (last_best / "model.pt").read_bytes()
+    assert load_model(out / "best", device="cpu").tasks == list(cfg.tasks)
