@@ -1,4 +1,4 @@
-"""`mtbert` command line: `train` here; `sweep`, `leaderboard` and `findings` come from orchestration."""
+"""`mtbert` command line: `train`, `predict` and `bundle` here; `sweep`, `leaderboard`, `importance` and `findings` come from orchestration."""
 from __future__ import annotations
 
 import argparse
