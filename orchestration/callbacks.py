@@ -12,82 +12,54 @@ from typing import Any, TextIO
 from ray.tune import Callback
 
 from orchestration.labels import fmt_lr, regime_label
-from orchestration.tracking import SweepTracking
-from orchestration.trainable import keep_one_model
+from orchestration.tracking import STORAGE_FULL, SweepTracking
+from orchestration.trainable import failure, keep_one_model
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 
 
-# --------------------------------------------------------------------------- final errors
-
-FINAL_ATTR = "mtbert_final_error"  # on a Tune Trial (kept in Tune's saved state): not to be retried
-
-
-def final_error_types() -> tuple[type, ...]:
-    """Errors that fail the same way on every run of the same config: a non-finite loss at a
-    fixed seed, a bad config. Retrying them (FailureConfig.max_failures, `sweep resume`) only
-    burns the budget, so they fail the trial at once."""
-    from mtbert.config import ConfigError
-    from mtbert.errors import TrainingError
-
-    from orchestration.errors import SweepError
-
-    return (TrainingError, ConfigError, SweepError)
+MIN_FREE = 1 << 20
+# Space the sweep folder holds back while the sweep runs, given up when the disk is full so that
+# Tune can still save the sweep's state as it stops (a resume restores from it).
+RESERVE = ".storage_reserve"
+RESERVE_BYTES = 8 << 20
 
 
-def _is_final(exc: BaseException | None) -> bool:
-    """Ray wraps a trial's exception (RayTaskError); its cause is the trainable's own."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, final_error_types()):
-            return True
-        exc = getattr(exc, "cause", None) or exc.__cause__
-        seen += 1
-    return False
+def hold_reserve(folder: str | Path) -> None:
+    try:
+        with (Path(folder) / RESERVE).open("wb") as f:
+            f.truncate(0)
+            f.write(b"\0" * RESERVE_BYTES)  # written, not sparse: the space is taken now
+    except OSError:  # no room for it: the sweep goes on, and stops when it must
+        release_reserve(folder)
 
 
-_installed = False
+def release_reserve(folder: str | Path) -> None:
+    (Path(folder) / RESERVE).unlink(missing_ok=True)
 
 
-def install_final_errors() -> None:
-    """Make Tune treat a deterministic trial error as final. Tune has no hook for it: its
-    controller asks `Trial.should_recover()` (failures <= max_failures) right after
-    `Trial.handle_error(exc)`, before any callback runs, and `Tuner.restore(resume_errored=True)`
-    re-queues every errored trial. So, in the driver only: handle_error marks the trial (an
-    attribute Tune saves with the trial), should_recover says no for a marked trial, and a
-    restore leaves marked trials ERROR (as ResumeConfig's SKIP does) while the others resume.
-    Idempotent; a crash (a killed worker, an OOM, a lost node) is still retried."""
-    global _installed
-    if _installed:
-        return
-    from ray.tune.execution.tune_controller import TuneController
-    from ray.tune.experiment import Trial
+def storage_shortfall(folder: str | Path) -> tuple[int, int] | None:
+    """(bytes free, bytes needed) when the sweep folder cannot take a trial's next report,
+    else None. A report writes its checkpoint twice at peak (train()'s copy, then Tune's), and
+    a full disk fails it with whatever the writer says (torch: "unexpected pos"), so the
+    space is measured, not the error read."""
+    import shutil
 
-    handle_error, should_recover = Trial.handle_error, Trial.should_recover
-    requeue = TuneController._requeue_restored_trials
-
-    def mark_final(self, exc=None):
-        if _is_final(exc):
-            setattr(self, FINAL_ATTR, True)
-        return handle_error(self, exc)
-
-    def no_retry_if_final(self):
-        return not getattr(self, FINAL_ATTR, False) and should_recover(self)
-
-    def keep_final_failed(self, trials, resume_config):
-        final = [t for t in trials if t.status == Trial.ERROR and getattr(t, FINAL_ATTR, False)]
-        requeue(self, [t for t in trials if t not in final], resume_config)
-        for trial in final:
-            self.add_trial(trial)
-
-    Trial.handle_error = mark_final
-    Trial.should_recover = no_retry_if_final
-    TuneController._requeue_restored_trials = keep_final_failed
-    _installed = True
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    largest = max((sum(f.stat().st_size for f in c.rglob("*") if f.is_file() and not f.is_symlink())
+                   for c in Path(folder).glob("*/checkpoint_*")), default=0)
+    need = max(2 * largest, MIN_FREE)
+    return (free, need) if free < need else None
 
 
 def error_line(trial) -> str:
     """The one line that says why a trial failed (the exception, not Ray's traceback)."""
+    reason = failure(trial.last_result)
+    if reason:
+        return reason
     text = ""
     path = getattr(trial, "error_file", None)
     if path and Path(path).is_file():
@@ -138,16 +110,34 @@ class TrackingCallback(Callback):
     def _stopping(self) -> str | None:
         return self.tracking.live.stop_reason
 
-    def on_step_end(self, iteration: int, trials: list, **info) -> None:
-        live = self.tracking.live
-        if live.stop_reason is None and self.tracking.given_up():
-            live.stop_reason = "tracking outage"
-            import logging
+    def _stop(self, reason: str) -> None:
+        """Stop the sweep as a Ctrl-C does (Tune saves it; `sweep resume` continues it)."""
+        self.tracking.live.stop_reason = reason
+        import logging
 
-            # The sweep's own line says what happened and how to resume; Tune's would not.
-            logging.getLogger("ray.tune.tune").setLevel(logging.CRITICAL)
-            if getattr(self, "_handler", None) is not None:
-                self._handler(0, None)
+        # The sweep's own line says what happened and how to resume; Tune's would not.
+        logging.getLogger("ray.tune.tune").setLevel(logging.CRITICAL)
+        if getattr(self, "_handler", None) is not None:
+            self._handler(0, None)
+
+    def _storage_full(self) -> bool:
+        """A full sweep folder stops the sweep: every trial would fail its next report there,
+        and retrying them only burns their retries."""
+        tracking = self.tracking
+        if tracking.live.stop_reason is None and tracking.state_dir:
+            short = storage_shortfall(tracking.state_dir)
+            if short is not None:
+                tracking.live.full = short
+                release_reserve(tracking.state_dir)
+                self._stop(STORAGE_FULL)
+        return tracking.live.stop_reason == STORAGE_FULL
+
+    def on_step_end(self, iteration: int, trials: list, **info) -> None:
+        if self.tracking.live.stop_reason is None:
+            if self.tracking.given_up():
+                self._stop("tracking outage")
+            elif self.tracking.journal_failed():
+                self._storage_full()
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
         self.tracking.start_trial(trial.config, trial.trial_id)
@@ -159,6 +149,7 @@ class TrackingCallback(Callback):
         self.tracking.log_epoch(trial.config["key"], result)
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        self._storage_full()
         self.tracking.start_trial(trial.config, trial.trial_id)
         self.tracking.retried(trial.config["key"], trial.num_failures, error_line(trial))
 
@@ -169,13 +160,16 @@ class TrackingCallback(Callback):
         self.tracking.start_trial(trial.config, trial.trial_id)
         done = bool(trial.last_result.get("done"))
         reason = self._stopping()
-        if reason is not None and not done:
+        if failure(trial.last_result):  # ended itself on a deterministic error (trainable.py)
+            self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
+        elif reason is not None and not done:
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
         else:
             self.tracking.finish(trial.config, "FINISHED", train_log=_train_log(trial))
         keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+        self._storage_full()
         self.tracking.start_trial(trial.config, trial.trial_id)
         reason = self._stopping()
         if reason is not None:  # the signal reached the trial's worker too
@@ -260,12 +254,15 @@ class ProgressPrinter(Callback):
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
         interrupted = len(getattr(self, "_interrupted", ()))
-        done = counts["TERMINATED"] - interrupted  # Tune marks a trial stopped by Ctrl-C TERMINATED
+        failed = sum(t.status == "TERMINATED" and bool(failure(t.last_result)) for t in trials)
+        # Tune marks a trial stopped by Ctrl-C TERMINATED, and one that ended itself failed.
+        done = counts["TERMINATED"] - interrupted - failed
+        failed += counts["ERROR"]
         stopped = len(self._stopped)
         upto = getattr(self, "upto", False)
-        pending = counts.get("PENDING", 0) if upto else max(self.total - done - counts["ERROR"] - counts["RUNNING"], 0)
+        pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - counts["RUNNING"], 0)
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
-                f"{counts['ERROR']} failed, {pending} pending of {'up to ' if upto else ''}{self.total}"
+                f"{failed} failed, {pending} pending of {'up to ' if upto else ''}{self.total}"
                 + (f" ({interrupted} interrupted)" if interrupted else "") + f" | {self._best(trials)}")
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
@@ -279,6 +276,9 @@ class ProgressPrinter(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         result = trial.last_result
+        if failure(result):
+            self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)} (deterministic: not retried)")
+            return
         if not result.get("done") and self.interrupted():
             self._interrupted.add(trial.config["key"])
             if result:
@@ -297,10 +297,15 @@ class ProgressPrinter(Callback):
                     f"train {result.get('train_time_s', 0):.1f}s{note}")
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
-        final = " (deterministic: not retried)" if getattr(trial, FINAL_ATTR, False) else ""
-        self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}{final}")
+        if self.interrupted():  # the stop (a full disk, a signal) failed it: resume runs it again
+            self._interrupted.add(trial.config["key"])
+            self._print(f"stopped {trial.config['key']:<14} {self.tracking.live.stop_reason}; resume continues it")
+            return
+        self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}")
 
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        if self.interrupted():
+            return  # no retry: the sweep is stopping, and resume continues the trial
         # Say what it resumes from: a trial that failed before its first epoch has no checkpoint.
         checkpoint = getattr(trial, "checkpoint", None)
         start = f"from its checkpoint {Path(checkpoint.path).name}" if checkpoint is not None \

@@ -227,11 +227,10 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
 
 def known_metrics(tasks: list[str]) -> set[str]:
     """The figures every finished trial logs as run metrics (its best epoch's scores, its
-    measurements, its TM-relative scores): tracking.RUN_FIGURES and the tasks' scores."""
-    from mtbert.tasks import get_task
-    from orchestration.tracking import RUN_FIGURES
+    measurements, its TM-relative scores), as mtbert.figures declares them."""
+    from mtbert.figures import run_figures
 
-    return set(RUN_FIGURES) | {get_task(t).metric_name for t in tasks}
+    return set(run_figures(tasks))
 
 
 def _closest(name: str, known: Iterable[str]) -> str:

@@ -25,7 +25,7 @@ from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.plan import Planner
 from orchestration.spec import SMOKE_SUFFIX, Sweep, load_sweep
 from orchestration.tm import __doc__ as TM_DOC
-from orchestration.tracking import QUEUE_FILE, STATE_LOG, SweepTracking, check_tracking, git_commit
+from orchestration.tracking import QUEUE_FILE, STATE_LOG, STORAGE_FULL, SweepTracking, check_tracking, git_commit
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
@@ -55,26 +55,55 @@ class SweepOutcome:
     best: dict[str, Any] = field(default_factory=dict)
     experiment_id: str = ""
     verdicts: list[str] = field(default_factory=list)  # a line per claim, judged on this sweep's runs
+    setup: dict[str, float] = field(default_factory=dict)  # the shared setup's seconds (_prepare_data)
 
 
 # --------------------------------------------------------------------------- pieces
 
-def _prepare_data(planner: Planner, log: Callable[[str], None]) -> None:
-    """Tokenize once per distinct data setup, in the driver, so every trial hits the cache."""
+def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = True) -> dict[str, float]:
+    """The sweep's shared setup, in the driver, before any trial starts, so that no trial pays
+    for it: tokenize once per distinct data setup and, with `frozen` (a local sweep: the
+    trials' machine and cache folder are the driver's), compute the frozen-layer cache once
+    per distinct frozen setup (mtbert/train/frozen.py). Returns its seconds (setup_*_s),
+    which the parent run records; a trial's figures never include them."""
     from mtbert.config import build_config, flatten
     from mtbert.data.tokenize import prepare
+    from mtbert.train.frozen import setup_signature
+    from mtbert.train.loop import build_frozen_cache
 
-    seen = set()
+    seen, frozen_seen = set(), set()
     t0 = time.perf_counter()
+    configs = []
     for trial in planner.fixed_trials():
         flat = flatten(trial["config"])
         signature = json.dumps({k: v for k, v in flat.items() if k.startswith(DATA_KEYS)},
                                sort_keys=True, default=str)
+        cfg = build_config(trial["config"])
+        configs.append(cfg)
         if signature not in seen:
             seen.add(signature)
-            prepare(build_config(trial["config"]), log=None)
-    log(f"data: {len(seen)} setup(s) tokenized in {time.perf_counter() - t0:.1f}s; "
+            prepare(cfg, log=None)
+    tokenize_s = time.perf_counter() - t0
+    log(f"data: {len(seen)} setup(s) tokenized in {tokenize_s:.1f}s; "
         f"trials read them from the cache {planner.sweep.base['data']['cache_dir']}")
+    setup = {"setup_tokenize_s": tokenize_s}
+    if not frozen:
+        return setup
+    t1, built, computing = time.perf_counter(), 0, 0.0
+    for cfg in configs:
+        signature = setup_signature(cfg)
+        if signature not in frozen_seen:
+            frozen_seen.add(signature)
+            n, seconds = build_frozen_cache(cfg)
+            built, computing = built + n, computing + seconds
+    frozen_s = time.perf_counter() - t1
+    setup["setup_frozen_cache_s"] = frozen_s
+    if built:
+        log(f"frozen layers: {built} block(s) computed in {computing:.1f}s ({frozen_s:.1f}s with the models "
+            f"loaded) for {len(frozen_seen)} setup(s), once for the sweep")
+    elif frozen_seen:
+        log(f"frozen layers: {len(frozen_seen)} setup(s) checked in {frozen_s:.1f}s, nothing to compute")
+    return setup
 
 
 def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()) -> bool:
@@ -166,11 +195,13 @@ def _quiet_tune() -> None:
     import logging
 
     logging.getLogger("ray.tune.execution.tune_controller").setLevel(logging.CRITICAL)
-    # A non-finite loss or a bad config fails the same way every time: never retried, never
-    # re-run by `sweep resume` (callbacks.install_final_errors); crashes still are.
-    from orchestration.callbacks import install_final_errors
-
-    install_final_errors()
+    # A trial that fails for good (a non-finite loss, a bad config) ends itself with a report
+    # that holds its reason and no figures (trainable.FAILED): Tune must take a report
+    # without the objective.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # A trial the driver stopped (Ctrl-C, a full disk) leaves its failed task unread by Tune;
+    # its error is in the trial's error.txt, not a traceback on the sweep's console.
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
 
 
 def _trial_name(trial) -> str:
@@ -256,7 +287,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
                          f"`{tool('mtbert')} sweep resume {run_name}` or pick another --name")
     for note in sweep.notes:
         log(note)
-    _prepare_data(planner, log)
+    setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
     plugins = list(sweep.base.get("plugins") or [])
     local = _init_ray(address, num_cpus, plugins)
     _check_resources(sweep, local, log)
@@ -272,9 +303,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep))
-    from orchestration.mlflow_extras import describe_parent
-
-    describe_parent(tracking, sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
+    tracking.describe_parent(sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
+    tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
     tracking.log_parent_artifacts({
         "sweep.yaml": sweep.text,
@@ -319,8 +349,10 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             callbacks=[TrackingCallback(tracking), *([printer] if progress else [])]),
     )
     models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                claims=sweep.claims, adaptive=adaptive)
+    outcome = _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
+                   claims=sweep.claims, adaptive=adaptive)
+    outcome.setup = setup
+    return outcome
 
 
 def check_shared_storage_of(storage_dir: Path) -> None:
@@ -385,36 +417,49 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
 
+    from orchestration.callbacks import hold_reserve, release_reserve
+
     status = "FAILED"
     results = None
     judged: list[str] = []
     sigterm = signal.getsignal(signal.SIGTERM)
+    hold_reserve(run_dir)
     try:
-        with _without_ray_resume_hint():
+        with _without_ray_resume_hint(tracking):
             results = tuner.fit()
         ended = results.num_terminated + results.num_errors
         reason = tracking.live.stop_reason
         # Tune returns normally after a Ctrl-C too, with trials left unfinished.
         complete = ended >= (len(results) if adaptive else total)
         status = "FINISHED" if complete and reason is None else "KILLED"
-        if status == "KILLED" and reason != "tracking outage":
+        if status == "KILLED" and reason not in ("tracking outage", STORAGE_FULL):
             # No count here: the summary line below counts the trials once, from the store.
             log(f"interrupted ({reason or 'stopped'}); continue with `{_resume_command(run_dir)}`")
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     except Exception as exc:
-        if _is_tracking_error(exc):
+        if _storage_full(tracking, run_dir):
+            status = "KILLED"  # Tune's own results are unreadable on the full disk; the line below says it
+        elif _is_tracking_error(exc):
             raise TrackingUnavailable(
                 f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
                 f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
-        raise
+        else:
+            raise
     finally:
         try:
             signal.signal(signal.SIGTERM, sigterm)
         except ValueError:
             pass
+        release_reserve(run_dir)
         _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged)
+    if tracking.live.full is not None:
+        free, need = tracking.live.full
+        tracking.release()
+        raise SweepError(f"storage {run_dir} is full: {free / 2**20:.1f} MB free, a trial's report needs about "
+                         f"{need / 2**20:.1f} MB; the sweep stopped and Ray Tune kept it: free space there, then "
+                         f"`{_resume_command(run_dir)}`")
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
     outcome.verdicts = judged
     calls = dict(tracking.live.calls_by_ref)
@@ -425,27 +470,52 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     return outcome
 
 
+def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:
+    """Whether the sweep stopped, or its folder is now, too full to take a trial's report."""
+    from orchestration.callbacks import release_reserve, storage_shortfall
+
+    live = tracking.live
+    if live.full is None and live.stop_reason in (None, STORAGE_FULL):
+        live.full = storage_shortfall(run_dir)
+        release_reserve(run_dir)
+        if live.full is not None:
+            live.stop_reason = STORAGE_FULL
+    return live.full is not None
+
+
 @contextmanager
-def _without_ray_resume_hint():
+def _without_ray_resume_hint(tracking: SweepTracking):
     """An interrupted sweep is continued with `mtbert sweep resume`, which the driver prints;
     Tune's own `Tuner.restore(...)` hint (a warning of its `ray.tune.tune` logger) would send
-    the user to an API that knows nothing of the sweep's MLflow runs."""
+    the user to an API that knows nothing of the sweep's MLflow runs. Tune failing to save
+    the sweep's state (its traceback, on a full disk) is the driver's to say, in one line:
+    it counts as a failed write to the sweep folder (callbacks.TrackingCallback stops the sweep)."""
     hint = logging.getLogger("ray.tune.tune")
     drop = _DropMessage("Resume experiment with")
+    state = logging.getLogger("ray.tune.execution.experiment_state")
+    failed_save = _DropMessage("Saving experiment state", lambda: setattr(
+        tracking.live, "journal_error", OSError("Ray Tune could not save the sweep's state")))
     hint.addFilter(drop)
+    state.addFilter(failed_save)
     try:
         yield
     finally:
         hint.removeFilter(drop)
+        state.removeFilter(failed_save)
 
 
 class _DropMessage(logging.Filter):
-    def __init__(self, text: str):
+    def __init__(self, text: str, seen: Callable[[], None] | None = None):
         super().__init__()
         self.text = text
+        self.seen = seen
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
+        if self.text not in record.getMessage():
+            return True
+        if self.seen is not None:
+            self.seen()
+        return False
 
 
 def _resume_command(run_dir: Path) -> str:
@@ -521,12 +591,21 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
               and log_models(tracking, results, *models, log=log, runs=runs)),
              ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED", runs), log)),
              ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
-             ("close the parent run", lambda: (tracking.end_parent(status), tracking.flush()))]
+             ("close the parent run",
+              lambda: (tracking.end_parent(parent_status(status, runs)), tracking.flush()))]
     for what, step in steps:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log(f"warning: {what} failed: {_first_line(exc)}")
+
+
+def parent_status(status: str, runs: list) -> str:
+    """The parent run's end state: a sweep that ran to its end with a failed trial says so
+    (FAILED), as its exit status does; an interrupted one stays KILLED."""
+    if status == "FINISHED" and any(r.info.status == "FAILED" for r in runs):
+        return "FAILED"
+    return status
 
 
 def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
@@ -576,12 +655,7 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
 def _log_summary(tracking: SweepTracking, runs: list) -> None:
     """sweep_summary on the parent run, as the runs stand once every trial is closed (a run
     the sweep's end closed, read RUNNING before, counts as interrupted)."""
-    from orchestration.tracking import PARENT
-
-    metrics, tags = sweep_summary(runs)
-    now = int(time.time() * 1000)
-    tracking._put({"do": "log", "ref": PARENT, "metrics": [[k, v, now, 0] for k, v in metrics.items()],
-                   "tags": sorted(tags.items())})
+    tracking.log_parent(*sweep_summary(runs))
 
 
 def _report_closed(n: int, log: Callable[[str], None]) -> None:
@@ -609,11 +683,12 @@ def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
         tracking.live.runs.setdefault(key, run.info.run_id)
         if not tracking.history(key):
             tracking.live.trial(key)["history"] = tracking._history_from_mlflow(key)
-        if trial.status == Trial.TERMINATED:
+        from orchestration.callbacks import error_line
+        from orchestration.trainable import failure
+
+        if trial.status == Trial.TERMINATED and not failure(trial.last_result):
             tracking.finish(trial.config, "FINISHED")
         else:
-            from orchestration.callbacks import error_line
-
             tracking.finish(trial.config, "FAILED", error=error_line(trial))
         n += 1
     return n

@@ -22,8 +22,9 @@
   in the Model Registry when `tracking.register_model` names it.
 
 Nothing here decides a figure; each piece is called from one marked line in tracking.py,
-trainable.py or launch.py. Run writes go through the tracking's queue (orchestration/outbox.py)
-except the model upload, which MLflow's own client makes at the sweep's end, guarded there.
+trainable.py or launch.py; nothing here imports tracking.py. Run writes go through the
+tracking's queue (orchestration/outbox.py) except the model upload, which MLflow's own client
+makes at the sweep's end, guarded there.
 """
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def mark_experiment(client, experiment_id: str) -> None:
 VIEW_KEY = "mtbert"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views (experiment tags)
 VIEW_NAME = "mtbert: scores"
-VIEW_FIGURES = ["tm_relative_score", "train_time_s", "model_size_mb", "peak_memory_mb"]
+# The figures declared `view` (mtbert/figures.py); each sweep adds its task scores.
+from mtbert.figures import in_view as _in_view  # noqa: E402 - kept beside the one name it feeds
+VIEW_FIGURES = _in_view()
 # Which sweep and which seed a row is: tags of every run (the sweep run's name, tracking.py).
 SWEEP_RUN_TAG = "sweep_run"
 VIEW_TAGS = [SWEEP_RUN_TAG, "seed"]
@@ -448,7 +451,7 @@ def log_models(tracking, results, which: str, register_as: str | None,
                 continue
             name = register_as if run is runs[0] else None  # the registry gets the best only
             model_uri = log_bundle(tracking.uri, run.info.run_id, bundle, name)
-        tracking._put({"do": "log", "ref": key, "tags": [["model_uri", model_uri]], "sweep_pass": True})
+        tracking.tag_trial(key, {"model_uri": model_uri})
         done.append((key, model_uri))
         log(f"model: {key} logged to its run as {model_uri}"
             + (f", registered as '{register_as}'" if name else ""))
@@ -468,10 +471,3 @@ def ui_link(base: str, experiment_id: str) -> str:
     last choice, GenAI by default), not from the experiment tag, so the link carries it."""
     return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
             f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
-
-
-def describe_parent(tracking, base_config: dict[str, Any]) -> None:
-    """The sweep's data as dataset inputs of the parent run too (its Dataset column), queued."""
-    from orchestration.tracking import PARENT
-
-    tracking._put({"do": "describe", "ref": PARENT, "config": base_config})

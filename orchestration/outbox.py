@@ -71,6 +71,9 @@ class Outbox:
         self._seq = 0
         self._file = None
         self.outage_since: float | None = None
+        # The journal's folder refused a write (a full disk): the queue goes on in memory, and
+        # the driver stops the sweep (callbacks.py), as a resume needs that folder anyway.
+        self.journal_error: OSError | None = None
         self.last_error = ""
         self.sent = 0
         self.dropped = 0
@@ -103,17 +106,24 @@ class Outbox:
 
     def _rewrite(self) -> None:
         """The journal as the queue stands (on load and whenever it drains)."""
-        if self._file is not None:
-            self._file.close()
         tmp = self.journal.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps({"seq": op["seq"], "op": _bare(op)}) + "\n" for op in self._queue))
-        os.replace(tmp, self.journal)
-        self._file = self.journal.open("a")
+        try:
+            if self._file is not None:
+                file, self._file = self._file, None
+                file.close()
+            tmp.write_text("".join(json.dumps({"seq": op["seq"], "op": _bare(op)}) + "\n" for op in self._queue))
+            os.replace(tmp, self.journal)
+            self._file = self.journal.open("a")
+        except OSError as exc:
+            self.journal_error = exc
 
     def _append(self, entry: dict) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(entry, default=str) + "\n")
-            self._file.flush()  # in the OS: it survives this process being killed
+            try:
+                self._file.write(json.dumps(entry, default=str) + "\n")
+                self._file.flush()  # in the OS: it survives this process being killed
+            except OSError as exc:
+                self.journal_error = exc
 
     # ------------------------------------------------------------------ API
 
@@ -158,8 +168,11 @@ class Outbox:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:
+                self.journal_error = exc
         return drained
 
     # ------------------------------------------------------------------ the writer

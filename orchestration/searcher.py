@@ -273,6 +273,9 @@ class SweepSearcher(Searcher):
             self._rounds.on_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        from orchestration.trainable import failure
+
+        error = error or bool(failure(result))  # a trial that ended itself failed (trainable.FAILED)
         if self._rounds is not None:
             rounds = len(self._rounds.rounds)
             self._rounds.on_complete(trial_id, result, error, self._planner)

@@ -48,6 +48,7 @@ TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_
              "timesteps_since_restore", "iterations_since_restore", "config", "checkpoint_dir_name",
              "done", "trial_id", "should_checkpoint", "__duplicate__", "experiment_tag", "epoch"}
 SECONDS = 1000  # MLflow timestamps are in milliseconds
+STORAGE_FULL = "storage full"  # the stop reason, and the interrupted tag of the trials it stopped
 
 
 def _quiet_http_env() -> None:
@@ -143,32 +144,20 @@ def epoch_metrics(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-# Figures of the last epoch (cumulative or fixed), as train() returns them.
-LAST_EPOCH_FIGURES = ("train_time_s", "model_size_mb", "params_total", "params_trainable", "train_flops")
-# Every finished trial's run metrics besides its tasks' scores (final_figures, then finish()):
-# what a claim's metric may name.
-RUN_FIGURES = ("overall", "overall_cs224n", "best_epoch", "epochs_run", "peak_memory_mb", *LAST_EPOCH_FIGURES,
-               "tm_time_s", "tm_flops", "tm_relative_score", "tm_relative_score_compute")
+def final_figures(history: dict[int, dict[str, float]], metric_names: list[str] | None = None) -> dict[str, float]:
+    """A trial's summary of its reported epochs by each figure's own rule (mtbert.figures):
+    for a report that carried none (train() sends its own with every report, which wins).
+    Every declared figure is summarised, the task scores (`metric_names`) among them."""
+    from mtbert import figures
 
+    def declared(name: str) -> bool:
+        try:
+            return figures.get(name).summary is not None or name == figures.BEST_BY
+        except KeyError:  # Tune's or the sampler's own (system/...): no summary
+            return False
 
-def final_figures(history: dict[int, dict[str, float]], metric_names: list[str]) -> dict[str, float]:
-    """Best-epoch task scores and measurements, the same figures train() returns, computed
-    from the reported epochs so that stopped trials (which never return) get them too."""
-    epochs = sorted(history)
-
-    def score(e: int) -> float:
-        value = history[e].get("overall", float("nan"))
-        return -math.inf if math.isnan(value) else value
-
-    best = max(epochs, key=lambda e: (score(e), -e))  # the first epoch reaching the maximum
-    last = history[epochs[-1]]
-    final = {k: history[best][k] for k in (*metric_names, "overall", "overall_cs224n") if k in history[best]}
-    final.update(best_epoch=best, epochs_run=epochs[-1],
-                 peak_memory_mb=max(h.get("peak_memory_mb", 0.0) for h in history.values()))
-    for key in LAST_EPOCH_FIGURES:
-        if key in last:
-            final[key] = last[key]
-    return final
+    rows = [{**{k: v for k, v in history[e].items() if declared(k)}, "epoch": e} for e in sorted(history)]
+    return figures.summary(rows)
 
 
 QUEUE_FILE = "mlflow_queue.jsonl"  # in the sweep folder: MLflow writes not yet acknowledged
@@ -195,7 +184,9 @@ class _Live:
         self.started: dict[str, str] = {}  # key -> Tune trial id, in this driver
         self.waiting: dict[str, set[str]] = {}  # seed -> finished trials whose baseline is not
         self.node: dict[str, tuple[str, str]] = {}
-        self.stop_reason: str | None = None  # set by a signal or an outage: see callbacks.py
+        self.stop_reason: str | None = None  # set by a signal, an outage or a full disk: see callbacks.py
+        self.journal_error: OSError | None = None
+        self.full: tuple[int, int] | None = None  # (bytes free, bytes needed) of a full sweep folder
         self.calls_by_ref: dict[str, int] = {}
         self.outbox = None
         self._file = None
@@ -215,7 +206,10 @@ class _Live:
             if "run" in e:
                 self.runs[e["run"]] = e["id"]
             elif "epoch" in e:
-                self.trial(e["key"], e.get("seed"), e.get("role"))["history"][int(e["epoch"])] = e["m"]
+                t = self.trial(e["key"], e.get("seed"), e.get("role"))
+                t["history"][int(e["epoch"])] = e["m"]
+                if e.get("s"):
+                    t["summary"] = e["s"]
             elif "final" in e:
                 t = self.trial(e["final"], e.get("seed"), e.get("role"))
                 t.update(final=e["m"], status=e["status"])
@@ -228,8 +222,11 @@ class _Live:
 
     def note(self, entry: dict) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(entry, default=str) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(json.dumps(entry, default=str) + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk: see Outbox.journal_error
+                self.journal_error = exc
 
 
 class _NoRun(Exception):
@@ -330,7 +327,10 @@ class SweepTracking:
         if live is not None:
             live.outbox.close(timeout=0)
             if live._file is not None:
-                live._file.close()
+                try:
+                    live._file.close()
+                except OSError:  # a full disk: what it kept is what a resume reads
+                    pass
 
     # ------------------------------------------------------------------ the queue
 
@@ -339,6 +339,10 @@ class SweepTracking:
 
     def given_up(self) -> bool:
         return self.live.outbox.given_up()
+
+    def journal_failed(self) -> bool:
+        """The sweep folder refused one of the driver's own writes (its journals)."""
+        return (self.live.journal_error or self.live.outbox.journal_error) is not None
 
     def _put(self, op: dict) -> None:
         self.live.outbox.put(op)
@@ -453,6 +457,20 @@ class SweepTracking:
     def tag_parent(self, tags: dict[str, str]) -> None:
         self._put({"do": "log", "ref": PARENT, "tags": sorted(tags.items())})
 
+    def describe_parent(self, base_config: dict[str, Any]) -> None:
+        """The sweep's data as dataset inputs of the parent run too (its Dataset column)."""
+        self._put({"do": "describe", "ref": PARENT, "config": base_config})
+
+    def tag_trial(self, key: str, tags: dict[str, str]) -> None:
+        """Tags a whole-sweep step puts on a trial's run (the model it logged): counted as the
+        sweep's calls, not the trial's, as they happen once per sweep."""
+        self._put({"do": "log", "ref": key, "tags": sorted(tags.items()), "sweep_pass": True})
+
+    def log_parent(self, metrics: dict[str, float], tags: dict[str, str]) -> None:
+        now = int(time.time() * SECONDS)
+        self._put({"do": "log", "ref": PARENT, "metrics": [[k, v, now, 0] for k, v in metrics.items()],
+                   "tags": sorted(tags.items())})
+
     def reopen_parent(self) -> None:
         self._put({"do": "status", "ref": PARENT, "status": "RUNNING"})
 
@@ -505,12 +523,18 @@ class SweepTracking:
         """One report: its figures at step=epoch and the node tags, in one write."""
         from mlflow.entities import Metric  # noqa: F401 - fail here, not in the writer thread
 
+        from mtbert.figures import SUMMARY_KEY
+
         metrics = epoch_metrics(result)
         step = int(result["epoch"])
         live = self.live
         t = live.trial(key)
         t["history"][step] = metrics
-        live.note({"epoch": step, "key": key, "seed": t["seed"], "role": t["role"], "m": metrics})
+        summary = result.get(SUMMARY_KEY)
+        if isinstance(summary, dict):  # train()'s own word on its epochs so far
+            t["summary"] = {k: float(v) for k, v in summary.items() if _number(v) is not None}
+        live.note({"epoch": step, "key": key, "seed": t["seed"], "role": t["role"], "m": metrics,
+                   "s": t.get("summary")})
         now = int(time.time() * SECONDS)
         op: dict[str, Any] = {"do": "log", "ref": key,
                               # [mlflow_extras] system/* keep MLflow's names (the run's System metrics tab)
@@ -564,7 +588,7 @@ class SweepTracking:
         metrics: list[list] = []
         now = int(time.time() * SECONDS)
         if history:
-            final, basis = trial_figures(history, config)
+            final, basis = trial_figures(history, config, t.get("summary"))
             tags["tm_time_basis"] = basis
             tags["stopped_early"] = str(status == "FINISHED" and final["epochs_run"] < budget).lower()
             metrics = [[k, float(v), now, 0] for k, v in final.items()]
@@ -686,14 +710,13 @@ class SweepTracking:
         return updated
 
 
-def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any]) -> tuple[dict[str, float], str]:
-    """A trial's run metrics from its reported epochs (final_figures plus the time and FLOPs
-    its TM-relative scores are charged), and the time basis: what finish() logs, and what an
-    adaptive sweep decides its claims on (searcher.py)."""
-    from mtbert.tasks import get_task
-
+def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
+                  summary: dict[str, float] | None = None) -> tuple[dict[str, float], str]:
+    """A trial's run metrics: train()'s summary of its epochs (else final_figures of the
+    reported ones) plus the time and FLOPs its TM-relative scores are charged, and the time
+    basis: what finish() logs, and what an adaptive sweep decides its claims on (searcher.py)."""
     budget = int(config.get("train", {}).get("epochs", 0)) if "train" in config else 0
-    final = final_figures(history, [get_task(n).metric_name for n in config.get("tasks", [])])
+    final = dict(summary) if summary else final_figures(history)
     final["tm_time_s"], basis = time_basis(final.get("train_time_s", math.nan), int(final["epochs_run"]), budget)
     if "train_flops" in final:
         final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget)[0]

@@ -16,6 +16,28 @@ from typing import Any
 from ray import tune
 
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
+ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
+# The key of a trial's last report when it failed for good: its one-line reason.
+FAILED = "trial_failed"
+
+
+def final_error_types() -> tuple[type, ...]:
+    """Errors that fail the same way on every run of the same config: a non-finite loss at a
+    fixed seed, a bad config. Retrying them (FailureConfig.max_failures, `sweep resume`) only
+    burns the budget, so the trial ends itself with its reason as its last report: Tune holds
+    it TERMINATED, never retried nor resumed, and tracking reads it as failed. A crash (a
+    killed worker, an OOM, a lost node) still raises, and Tune retries it."""
+    from mtbert.config import ConfigError
+    from mtbert.errors import TrainingError
+
+    from orchestration.errors import SweepError
+
+    return (TrainingError, ConfigError, SweepError)
+
+
+def failure(result: dict[str, Any] | None) -> str | None:
+    """The reason a trial ended itself as failed (its last report), else None."""
+    return (result or {}).get(FAILED)
 
 
 def _file_log(path: Path):
@@ -48,6 +70,24 @@ def _trial_folder() -> tuple[Path, str | None]:
 
 
 def run_trial(config: dict[str, Any]) -> None:
+    try:
+        _run_trial(config)
+    except final_error_types() as exc:
+        import traceback
+
+        trial_dir = _trial_folder()[0]
+        try:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            with (trial_dir / ERROR_NAME).open("a") as f:  # Tune's own format: one "Failure #" per failure
+                f.write(f"Failure # 1 (occurred at {time.strftime('%Y-%m-%d_%H-%M-%S')})\n{traceback.format_exc()}\n")
+        except OSError:  # the traceback only: the reason goes with the report
+            pass
+        # No figures in this report: a searcher reads the trial as failed, ASHA skips it (no epoch).
+        tune.report({FAILED: f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]})
+
+
+def _run_trial(config: dict[str, Any]) -> None:
+    entered = time.perf_counter()
     from mtbert.config import ConfigError, build_config
     from mtbert.train.loop import train
 
@@ -69,10 +109,13 @@ def run_trial(config: dict[str, Any]) -> None:
         # tune.report copies the directory into the sweep's storage before returning, so
         # train() may delete it afterwards. On a scheduler stop this raises SystemExit.
         checkpoint = tune.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-        tune.report({**metrics, **system.sample()}, checkpoint=checkpoint)
+        timings = {"setup": round(setup_s, 4), **metrics.get("timings", {})}
+        tune.report({**metrics, "timings": timings, **system.sample()}, checkpoint=checkpoint)
 
     output_dir = trial_dir / "output" if cfg.train.save_checkpoint else None
     checkpoint = tune.get_checkpoint()
+    # What this trial spent before train(): imports (a fresh worker's), config, folder.
+    setup_s = time.perf_counter() - entered
     if checkpoint is None:
         train(cfg, reporter=reporter, output_dir=output_dir, log=log)
     else:
@@ -109,9 +152,14 @@ def _refer_to_checkpoint(best: Path, checkpoint) -> None:
 
     if checkpoint is None or not isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
         return
+    from mtbert.bundle import compact_bundle
+
     kept = Path(checkpoint.path) / "best"
     if not (kept / "model.pt").is_file():
         return
+    # The bundle that stays: a slim one's weights compacted here, on the driver, once the
+    # trial has ended, so that no trial's slot pays for it (mtbert/bundle.py).
+    compact_bundle(kept)
     if best.is_symlink():
         best.unlink()
     elif best.exists():
