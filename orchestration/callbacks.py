@@ -253,11 +253,19 @@ class ProgressPrinter(Callback):
         counts = {"RUNNING": 0, "TERMINATED": 0, "ERROR": 0}
         for t in trials:
             counts[t.status] = counts.get(t.status, 0) + 1
-        interrupted = len(getattr(self, "_interrupted", ()))
-        failed = sum(t.status == "TERMINATED" and bool(failure(t.last_result)) for t in trials)
-        # Tune marks a trial stopped by Ctrl-C TERMINATED, and one that ended itself failed.
-        done = counts["TERMINATED"] - interrupted - failed
-        failed += counts["ERROR"]
+        key = lambda t: t.config["key"]  # noqa: E731
+        # Tune marks a trial stopped by Ctrl-C TERMINATED, and one that ended itself failed. A
+        # trial the stop caught before it reported is never completed in a callback, so while
+        # stopping, a terminated trial is finished only when its last report says it ended (or
+        # the scheduler stopped it): the count then agrees with the sweep's closing summary.
+        stopping = self.interrupted()
+        cut = set(getattr(self, "_interrupted", ())) | {
+            key(t) for t in trials if t.status == "TERMINATED" and stopping and not t.last_result.get("done")
+            and not failure(t.last_result) and key(t) not in self._stopped}
+        ended = [t for t in trials if t.status in ("TERMINATED", "ERROR")]
+        interrupted = sum(key(t) in cut for t in ended)
+        failed = sum(key(t) not in cut and (t.status == "ERROR" or bool(failure(t.last_result))) for t in ended)
+        done = len(ended) - interrupted - failed
         stopped = len(self._stopped)
         upto = getattr(self, "upto", False)
         pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - counts["RUNNING"], 0)

@@ -5,6 +5,7 @@ sqlite store. Through the CLI, read back from MLflow."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,11 @@ def test_signal_then_resume(tmp_path, sig):
     assert "Traceback" not in text, text[-4000:]
     assert "mtbert sweep resume sig --storage" in text, text[-3000:]
     assert "Tuner.restore" not in text, text[-3000:]  # one way to resume: mtbert's, not Tune's
+    # One count: the last progress line and the closing summary agree on the finished trials.
+    line = re.findall(r"\] \d+ running, (\d+) finished, (\d+) stopped early, (\d+) failed", text)[-1]
+    summary = re.search(r"trials, (\d+) finished \((\d+) stopped early\), (\d+) failed", text)
+    assert summary, text[-3000:]
+    assert (int(line[0]) + int(line[1]), line[2]) == (int(summary[1]), summary[3]), text[-3000:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client, parents, children = sweep_runs(uri, "smoke-smoke")  # --smoke: its own experiment
     assert parents[0].info.status == "KILLED"
