@@ -15,6 +15,8 @@ import pytest
 from mtbert.components import WEIGHTINGS
 from mtbert.config import ConfigError, build_config, flatten, resolve, to_dict, validate
 
+from .weighting_plugin import PLUGIN
+
 TUPLE = {"sampling.strategy": "tuple"}
 
 
@@ -103,53 +105,26 @@ def test_sharing_checks_are_the_models_too():
         MultitaskModel(cfg, vocab_size=100)
 
 
-PLUGIN = '''
-    """A weighting method from outside the package, with a setting of its own."""
-    from dataclasses import dataclass
-
-    import torch
-
-    from mtbert.components import require
-    from mtbert.train.weighting import Weighting, register_weighting
-
-
-    class Scaled(Weighting):
-        name = "scaled_test"
-
-        @dataclass
-        class Settings(Weighting.Settings):
-            scale: float = 0.5  # every task's weight
-
-            def check(self, key):
-                require(0 < self.scale <= 1, f"{key}.scale: must be in (0, 1], got {self.scale}")
-
-        def backward(self, losses, shared):
-            (self.settings.scale * torch.stack(list(losses.values()))).sum().backward()
-            return {t: torch.tensor(self.settings.scale) for t in losses}
-
-
-    register_weighting(Scaled)
-'''
 
 
 @pytest.fixture
 def scaled_plugin(tmp_path, monkeypatch):
-    (tmp_path / "scaled_weighting.py").write_text(textwrap.dedent(PLUGIN))
+    (tmp_path / "scaled_weighting.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "scaled_weighting"
-    WEIGHTINGS.pop("scaled_test", None)
+    WEIGHTINGS.pop("scaled", None)
     sys.modules.pop("scaled_weighting", None)
 
 
 def test_a_plugin_method_brings_its_settings(scaled_plugin):
     from mtbert.train.weighting import make_weighting
 
-    cfg = build_config({"plugins": [scaled_plugin], "loss": {"weighting": {"name": "scaled_test", "scale": 0.25}}})
+    cfg = build_config({"plugins": [scaled_plugin], "loss": {"weighting": {"name": "scaled", "scale": 0.25}}})
     assert flatten(cfg)["loss.weighting.scale"] == 0.25
     assert make_weighting(cfg).settings.scale == 0.25
     assert build_config(to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match=r"loss\.weighting\.scale: must be in \(0, 1\], got 2\.0"):
-        build_config({"plugins": [scaled_plugin]}, {"loss.weighting": "scaled_test", "loss.weighting.scale": 2})
+        build_config({"plugins": [scaled_plugin]}, {"loss.weighting": "scaled", "loss.weighting.scale": 2})
 
 
 def test_config_and_the_methods_do_not_import_each_other():

@@ -4,7 +4,6 @@ named in the leaderboard row it made."""
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -13,35 +12,9 @@ from mtbert.components import WEIGHTINGS
 from orchestration.errors import SweepError
 from orchestration.spec import load_sweep
 
+from ..weighting_plugin import PLUGIN
 from .conftest import run_cli, write_sweep
 
-PLUGIN = textwrap.dedent('''
-    from dataclasses import dataclass
-
-    import torch
-
-    from mtbert.components import require
-    from mtbert.train.weighting import Weighting, register_weighting
-
-
-    class Scaled(Weighting):
-        """Every task at one fixed weight, the `scale` setting."""
-        name = "scaled"
-
-        @dataclass
-        class Settings(Weighting.Settings):
-            scale: float = 0.5
-
-            def check(self, key):
-                require(0 < self.scale <= 1, f"{key}.scale: must be in (0, 1], got {self.scale}")
-
-        def backward(self, losses, shared):
-            (self.settings.scale * torch.stack(list(losses.values()))).sum().backward()
-            return {t: torch.tensor(self.settings.scale) for t in losses}
-
-
-    register_weighting(Scaled)
-''')
 BASE = {"plugins": ["myweighting"], "loss": {"weighting": "scaled"}}
 
 
