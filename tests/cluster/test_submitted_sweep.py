@@ -80,7 +80,7 @@ def test_submitted_sweep_reports_stops_and_resumes_from_the_laptop(head) -> None
     folder, work = tmp / "laptop", tmp / "shared-work"
     folder.mkdir()
     write_sweep(folder / "tiny.yaml", space={"sharing.head_regime": {"type": "grid", "values": ["S-I-I", "I-S-S"]}},
-                base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 40}}, max_concurrent=1,
+                base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 400}}, max_concurrent=1,
                 tracking={"experiment": "jobs", "log_models": "none"})
     store = f"sqlite:///{tmp / 'mlflow.db'}"  # the head is this machine: it reaches the file
     out = mtbert(["sweep", "submit", "tiny.yaml", "--address", url, "--no-follow", "--workdir", str(work),
@@ -92,6 +92,7 @@ def test_submitted_sweep_reports_stops_and_resumes_from_the_laptop(head) -> None
     while True:  # until a trial has finished: then stop the sweep halfway
         state, log = job_logs(url, job, env)
         assert state in ("PENDING", "RUNNING"), log[-3000:]
+        # Trials long enough (3 x 400 steps) that the next one is still running when the stop lands.
         if "done    " in log or time.monotonic() > deadline:
             break
         time.sleep(2)
