@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.components import WEIGHTINGS
 from orchestration.errors import SweepError
-from orchestration.spec import load_sweep
+from orchestration.sweep.spec import load_sweep
 
 from .conftest import run_cli, write_sweep
 
