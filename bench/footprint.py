@@ -84,7 +84,7 @@ def main() -> None:
     args = parse_or_skip(ap)
     if args is None:
         return
-    from orchestration.launch import run_sweep
+    from orchestration.run.launch import run_sweep
 
     with tempfile.TemporaryDirectory(prefix="mtbert-footprint-") as tmp:
         tmp = Path(tmp)

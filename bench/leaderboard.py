@@ -133,7 +133,7 @@ def main() -> None:
                         help="also time mlflow.search_runs (the path of non-sqlite stores; slow)")
     args = parser.parse_args()
 
-    from orchestration.leaderboard import (build_table, child_runs, find_sweep, render, search_child_runs,
+    from orchestration.report.leaderboard import (build_table, child_runs, find_sweep, render, search_child_runs,
                                            sort_table, sqlite_child_runs, table_keys)
 
     with tempfile.TemporaryDirectory(prefix="mtbert-bench-board-") as tmp:

@@ -45,7 +45,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestration.launch import run_sweep  # noqa: E402
+from orchestration.run.launch import run_sweep  # noqa: E402
 
 
 def bench_sweep(trials: int, epochs: int, steps: int, concurrency: int) -> dict:
@@ -111,7 +111,7 @@ def use_trainable(trainable) -> None:
     """Swap the sweep's trainable (run_sweep builds it through launch._trainable)."""
     from ray import tune
 
-    import orchestration.launch as launch
+    import orchestration.run.launch as launch
 
     launch._trainable = lambda cpu, gpu: tune.with_resources(trainable, {"cpu": cpu, "gpu": gpu})
 
@@ -168,7 +168,7 @@ class MlflowServer:
 
 
 def one_size(trials: int, args) -> dict:
-    from orchestration.launch import run_sweep
+    from orchestration.run.launch import run_sweep
 
     with tempfile.TemporaryDirectory(prefix="mtbert-bench-") as tmp:
         os.chdir(tmp)
@@ -242,7 +242,7 @@ def run_sizes(args, server: bool = False) -> None:
           f"{'reads s':>7} {'MLflow/trial s':>14} {'CPU/trial s':>11} {'calls/trial':>11}")
     # Ray once for every size, started here: its workers keep the driver's working folder,
     # and each size's temporary folder is gone when the next size starts.
-    from orchestration.launch import _init_ray
+    from orchestration.run.launch import _init_ray
 
     _init_ray(None, c)
     rows = []

@@ -116,7 +116,7 @@ def with_callbacks(first, last) -> None:
 
 
 def one_sweep(args) -> dict:
-    from orchestration.launch import run_sweep
+    from orchestration.run.launch import run_sweep
 
     first, last, starts, ends = trial_clock()
     with_callbacks(first, last)

@@ -334,7 +334,7 @@ def compact_bundle(path: str | Path) -> bool:
     bytes split into planes, the two high planes (sign, exponent, top of the mantissa: few
     distinct values in trained weights) deflated, the rest kept as they are. Trained MiniLM
     heads shrink by about 15% (5.6 to 4.8 MB) and load bit for bit. A sweep's driver does it
-    once a trial has ended (orchestration/trainable.py keep_one_model), so no trial waits for
+    once a trial has ended (orchestration/run/trainable.py keep_one_model), so no trial waits for
     it. Returns whether it did; a full bundle (mostly an encoder that a run may fine-tune for
     hours: seconds to compact for 15%) stays as it is."""
     from mtbert.data.cache import atomic_write

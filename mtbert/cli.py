@@ -108,8 +108,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     folder = Path(args.model)
     if not folder.exists():  # a name the sweep printed: a models:/ URI, a run id, a registered model
         try:
-            from orchestration.models import resolve_bundle
             from orchestration.paths import resolve_tracking_uri
+            from orchestration.track.models import resolve_bundle
         except ImportError:
             raise FileNotFoundError(f"--model {args.model}: no such folder") from None
         folder = resolve_bundle(args.model, resolve_tracking_uri(args.tracking_uri, None))

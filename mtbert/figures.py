@@ -239,7 +239,7 @@ for _figure in (
            sweep=True, view=True, board="shown", header="TM-rel. (wall)"),
     Figure("tm_relative_score_compute", "TM-relative score on counted training FLOPs vs the baseline", "max",
            epoch=False, sweep=True, board="shown", header="TM-rel. (compute)"),
-    Figure("tm_time_s", "train time on the full-epoch-budget basis (orchestration/tm.py), seconds", "min",
+    Figure("tm_time_s", "train time on the full-epoch-budget basis (orchestration/track/tm.py), seconds", "min",
            ".1f", epoch=False, sweep=True, board="on request", header="TM time (s)"),
     Figure("tm_flops", "training FLOPs on the full-epoch-budget basis", "min", ".2e", epoch=False, sweep=True,
            board="on request", header="TM FLOPs"),

@@ -1,13 +1,14 @@
-"""Sweeps of mtbert's train() on Ray Tune, tracked in MLflow.
+"""Sweeps of mtbert's train() on Ray Tune, tracked in MLflow, in four rooms by what they do:
 
-    spec.py        sweep YAML -> validated Sweep (space.py: one class per dimension type)
-    plan.py        Sweep -> self-contained trial configs (grid/random expanded in the driver)
-    searcher.py    baselines first, then the plan or Optuna; seeds; checkpointable
-    scheduler.py   FIFO or ASHA (never stops the baseline)
-    trainable.py   the Ray Tune function trainable around train()
-    tracking.py    MLflow parent/child runs; tm.py the TM-relative score and its time basis
-    callbacks.py   driver-side Tune callbacks: tracking and progress lines
-    launch.py      run_sweep / resume_sweep; cli.py the `sweep` and `leaderboard` commands
-    leaderboard.py MLflow -> the papers' table (md/csv/latex/html) and a Pareto plot
-    importance.py  which swept keys matter per figure (fANOVA, seed-resampled intervals)
+    sweep/    defining a sweep: the YAML, its search space, the planned trials, its claims
+    run/      running it: launch and resume, the Tune trainable, searcher, scheduler and
+              callbacks, checks on every node, Ray Jobs on a cluster
+    track/    tracking it: MLflow parent/child runs, the write queue, the TM-relative score,
+              logged models
+    report/   reporting on it: the leaderboard, importance, findings and verdicts, `mtbert best`
+
+Beside them, the pieces every room uses: errors.py (one-line user errors), paths.py (absolute
+paths and tracking URIs before launch), stats.py (seed statistics), and cli.py (the commands
+registered into mtbert's CLI). Imports point one way: sweep <- track <- report <- run <- cli
+(tests/test_layout.py checks it).
 """

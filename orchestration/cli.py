@@ -17,7 +17,7 @@ def _exit_code(outcome) -> int:
 
 
 def cmd_sweep_run(args: argparse.Namespace) -> int:
-    from orchestration.launch import run_sweep
+    from orchestration.run.launch import run_sweep
 
     outcome = run_sweep(args.file, overrides=args.set, smoke=args.smoke, name=args.name,
                         address=args.address, tracking_uri=args.tracking_uri, num_cpus=args.num_cpus,
@@ -31,10 +31,10 @@ def _dashboard(address: str | None) -> bool:
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
-    from orchestration.launch import resume_sweep
+    from orchestration.run.launch import resume_sweep
 
     if _dashboard(args.address):  # a submitted sweep: its resume is a Ray Job on the head too
-        from orchestration.jobs import submit_resume
+        from orchestration.run.jobs import submit_resume
 
         submit_resume(args.sweep, args.address, follow=not args.no_follow, workdir=args.workdir,
                       python=getattr(args, "python", None))
@@ -59,14 +59,14 @@ def _existing_store(tracking_uri: str | None) -> str:
 
 def _reading_store(tracking_uri: str | None) -> str:
     """The store of a command that reads a sweep (leaderboard, importance), checked in one line."""
-    from orchestration.leaderboard import check_sqlite_store
+    from orchestration.report.leaderboard import check_sqlite_store
 
     uri = _existing_store(tracking_uri)
     if uri.startswith("sqlite:///"):
         # Read with SQL, not MLflow (whose import and store take seconds): the check too.
         check_sqlite_store(uri)
     else:
-        from orchestration.tracking import check_tracking
+        from orchestration.track.tracking import check_tracking
 
         check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
     return uri
@@ -94,8 +94,8 @@ def _write(text: str, output: str | None, what: str) -> None:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from orchestration import importance
-    from orchestration.leaderboard import leaderboard
+    from orchestration.report import importance
+    from orchestration.report.leaderboard import leaderboard
 
     uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "pareto.png")
@@ -122,7 +122,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_importance(args: argparse.Namespace) -> int:
-    from orchestration.importance import check_resamples, importance
+    from orchestration.report.importance import check_resamples, importance
 
     if args.resamples is not None:
         check_resamples(args.resamples)
@@ -140,8 +140,8 @@ def cmd_importance(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    from orchestration.best import best_model, render
-    from orchestration.tracking import check_tracking
+    from orchestration.report.best import best_model, render
+    from orchestration.track.tracking import check_tracking
 
     uri = _existing_store(args.tracking_uri)
     check_tracking(uri)  # a closed port or a wrong password is one line
@@ -153,9 +153,9 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
-    from orchestration.claims import read_claims
-    from orchestration.findings import findings
-    from orchestration.tracking import check_tracking
+    from orchestration.report.findings import findings
+    from orchestration.sweep.claims import read_claims
+    from orchestration.track.tracking import check_tracking
 
     # The files' claims first: a bad claim is one line before the store is opened.
     claims = [c for path in args.files for c in read_claims(path)] if args.files else None
@@ -205,14 +205,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("--no-follow", action="store_true",
                         help="with a dashboard --address: return once submitted, do not stream logs")
     try:
-        from orchestration.jobs import python_option
+        from orchestration.run.jobs import python_option
     except ImportError:
         python_option = None
     if python_option is not None:
         python_option(resume)
     resume.set_defaults(func=cmd_sweep_resume)
     try:  # submit | status | stop: sweeps as Ray Jobs on a cluster
-        from orchestration.jobs import add_job_commands
+        from orchestration.run.jobs import add_job_commands
     except ImportError:
         add_job_commands = None
     if add_job_commands is not None:

@@ -10,7 +10,7 @@ import yaml
 
 from mtbert.cli import main
 from orchestration.errors import SweepError
-from orchestration.spec import load_sweep
+from orchestration.sweep.spec import load_sweep
 
 # Top-level on purpose (not in tests/orchestration, whose package name shadows `orchestration`
 # under --import-mode=importlib): the in-process calls below must reach this checkout's code.
@@ -188,7 +188,7 @@ def test_num_cpus_zero_and_gpu_without_one_fail_before_ray(tmp_path, capsys, mon
 
 
 def test_printed_commands_quote_paths_with_spaces():
-    from orchestration.launch import SweepOutcome, _summary
+    from orchestration.run.launch import SweepOutcome, _summary
 
     lines: list[str] = []
     _summary(SweepOutcome("s", "/r", "sqlite:////my runs/mlflow.db", "exp", "p", "FINISHED"), lines.append)

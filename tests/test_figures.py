@@ -13,9 +13,9 @@ from mtbert import figures
 from mtbert.config import build_config, merge
 from mtbert.tasks import TASKS, TaskSpec, register_task
 from mtbert.train import loop
-from orchestration import leaderboard as board
-from orchestration import tracking
-from orchestration.spec import load_sweep
+from orchestration.report import leaderboard as board
+from orchestration.sweep.spec import load_sweep
+from orchestration.track import tracking
 
 from .orchestration.conftest import TINY_BASE, write_sweep
 

@@ -5,7 +5,7 @@ read back from its MLflow store.
         --experiment reference-minilm-cpu --output docs/results/reference/curve
 
 Each child run's per-epoch history (epoch/overall, epoch/train_time_s, the task scores; see
-orchestration/tracking.py) is grouped by the trial's variant (its role and swept values, not
+orchestration/track/tracking.py) is grouped by the trial's variant (its role and swept values, not
 its seed) and averaged over seeds at each evaluation. Writes <output>.md (one table per
 variant: evaluation, training minutes, scores as mean ± std (n)) and <output>.png (overall
 against training minutes, one line per variant, each seed drawn faintly).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestration.leaderboard import find_sweep
+from orchestration.report.leaderboard import find_sweep
 
 COLUMNS = [("overall", "Overall"), ("sst_acc", "SC acc."), ("para_acc", "PD acc."), ("sts_corr", "STS corr.")]
 

@@ -4,7 +4,7 @@
 
 Reads each row's claim and its `mean ± half [low, high] (n=N)` (fixed design, 3 decimals),
 decides the claims the sweep files declare (matched by name, in the table's order) with
-orchestration/verdicts.py, and rewrites the file under a heading that says so. Each printed
+orchestration/report/verdicts.py, and rewrites the file under a heading that says so. Each printed
 figure is rounded, so the unrounded bounds lie within 0.0005 of the printed ones and within
 0.001 of mean ∓ half: the verdict is read at the middle of what both allow, and a claim whose
 verdict would change somewhere within them says so.
@@ -17,9 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from orchestration.claims import read_claims
-from orchestration.findings import claim_row, render, table_of
-from orchestration.verdicts import Verdict, decide_from_summary
+from orchestration.report.findings import claim_row, render, table_of
+from orchestration.report.verdicts import Verdict, decide_from_summary
+from orchestration.sweep.claims import read_claims
 
 ROUNDING = 0.0005  # half the last printed digit
 NUMBER = r"[-+]?\d+\.\d+"
@@ -29,7 +29,7 @@ HEADING = """# Findings, re-derived from the printed intervals
 
 Re-derived from the study's intervals as `mtbert findings` printed them (3 decimals, fixed
 design), not from its runs: the spread is read back from each half-width (s = h √n /
-t(0.975, n−1)) and the verdicts of orchestration/verdicts.py applied with δ = 0.01 and the
+t(0.975, n−1)) and the verdicts of orchestration/report/verdicts.py applied with δ = 0.01 and the
 papers' own effects, by
 
     python docs/results/rederive_findings.py docs/results/study/findings.md sweeps/study/*.yaml

@@ -535,7 +535,7 @@ def _take_best(kept: Path, best: Path) -> None:
     """A resumed sweep trial continues from its checkpoint's best/ (the best up to the epoch it
     resumes after), not from whatever its folder holds: another node's trial folder has none,
     and after a stop the trainable left there a link into the checkpoint, which a save must not
-    write through (orchestration/trainable.py)."""
+    write through (orchestration/run/trainable.py)."""
     if best.is_symlink() or best.is_file():
         best.unlink()
     elif best.is_dir():
@@ -593,7 +593,7 @@ def _report(reporter: Reporter, m: dict, state: dict | None, config_text: str, o
         return
     best_dir = out_dir / "best" if out_dir is not None else None
     # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
-    # may never delete it, and there the driver does (orchestration/trainable.py).
+    # may never delete it, and there the driver does (orchestration/run/trainable.py).
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))

@@ -1,4 +1,4 @@
-"""orchestration.jobs without a cluster: the command a job runs (executed by a real shell),
+"""orchestration.run.jobs without a cluster: the command a job runs (executed by a real shell),
 what it uploads, the CLI, and the one-line errors; plus docker/'s small scripts."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestration import jobs
 from orchestration.errors import SweepError
+from orchestration.run import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"

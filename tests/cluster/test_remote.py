@@ -1,8 +1,8 @@
-"""orchestration.remote without a cluster: which config paths the node check asks about.
+"""orchestration.run.remote without a cluster: which config paths the node check asks about.
 (The checks themselves run on a real two-node cluster in test_two_node_cluster.py.)"""
 from __future__ import annotations
 
-from orchestration.remote import input_paths, node_label
+from orchestration.run.remote import input_paths, node_label
 
 
 def test_input_paths_follow_the_data_source() -> None:

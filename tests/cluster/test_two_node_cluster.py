@@ -280,7 +280,7 @@ def test_health_endpoints_answer_the_image_health_check(stack: Stack) -> None:
 
 WRONG_TOKEN = """
 import json
-from orchestration import jobs
+from orchestration.run import jobs
 try:
     jobs.status("mtbert-x", {dashboard!r})
 except jobs.ClusterAuthError as exc:
@@ -297,7 +297,7 @@ def test_a_wrong_token_is_refused_in_one_line(stack: Stack) -> None:
 
 NODE_CHECKS = """
 import json, ray
-from orchestration.remote import NodePathError, check_paths_on_nodes, check_shared_storage
+from orchestration.run.remote import NodePathError, check_paths_on_nodes, check_shared_storage
 ray.init(address={gcs!r}, logging_level="ERROR", log_to_driver=False)
 result = {{"nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}}
 def outcome(fn, *args):
@@ -355,7 +355,7 @@ print("PROBE " + json.dumps({{"driver": mtbert.__file__, "worker": ray.get(task)
 SUBMIT_PROBE = """
 import json, time
 from ray.job_submission import JobSubmissionClient
-from orchestration import jobs
+from orchestration.run import jobs
 client = JobSubmissionClient({dashboard!r})
 job = client.submit_job(entrypoint="python probe.py", runtime_env=jobs.runtime_env(__import__("pathlib").Path({folder!r})))
 while client.get_job_status(job).value not in ("SUCCEEDED", "FAILED", "STOPPED"):
@@ -423,7 +423,7 @@ def test_sweep_on_the_cluster_uses_both_nodes(tracking: Stack, monkeypatch: pyte
 JOB = """
 import json, time
 from ray.job_submission import JobSubmissionClient
-from orchestration import jobs
+from orchestration.run import jobs
 job = jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "num_samples=1", "--name", "as-a-job",
                                                      "--set", "tracking.log_models=none"],
                   {mlflow!r}, follow=True, workdir={workdir!r})

@@ -246,14 +246,14 @@ def test_resume_with_other_frozen_weights_is_one_line(resumable, tmp_path):
 
 def test_a_trials_output_best_becomes_a_link_to_its_checkpoint(resumable, tmp_path):
     """One copy of a trial's model: once the trial has ended, output/best links into its last
-    checkpoint (orchestration/trainable.py, on the driver, with the trial as Tune describes
+    checkpoint (orchestration/run/trainable.py, on the driver, with the trial as Tune describes
     it: its folder and its checkpoint); a retry resuming from that checkpoint trains into a
     copy of its best/ and never writes through the link."""
     from types import SimpleNamespace
 
     from ray import tune
 
-    from orchestration.trainable import keep_one_model
+    from orchestration.run.trainable import keep_one_model
 
     cfg, straight, tmp = resumable
     trial = tmp_path / "trial"

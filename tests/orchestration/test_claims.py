@@ -7,11 +7,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.claims import CLAIMS_FILE, Claim, read_claims, to_doc
 from orchestration.errors import SweepError
-from orchestration.findings import findings, logged_claims
-from orchestration.plan import Planner
-from orchestration.spec import load_sweep
+from orchestration.report.findings import findings, logged_claims
+from orchestration.sweep.claims import CLAIMS_FILE, Claim, read_claims, to_doc
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import load_sweep
 
 # baseline I-I-I, p000 S-I-I, p001 I-S-S
 SECTIONS = dict(space={"sharing.head_regime": ["S-I-I", "I-S-S"]}, baseline={"sharing.head_regime": "I-I-I"},

@@ -16,9 +16,9 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.leaderboard import (MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, build_table, child_runs,
+from orchestration.report.leaderboard import (MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, build_table, child_runs,
                                        find_sweep, pareto_figure, sort_table, table_keys)
-from orchestration.spec import load_sweep
+from orchestration.sweep.spec import load_sweep
 
 from .conftest import SWEEPS, write_sweep
 
@@ -284,7 +284,7 @@ def test_pareto_draws_model_size_only_where_it_differs_enough(store):
 def test_a_crowded_pareto_plot_labels_its_front_and_the_baseline(store):
     import numpy as np
 
-    from orchestration.leaderboard import MAX_LABELS, pareto_front
+    from orchestration.report.leaderboard import MAX_LABELS, pareto_front
 
     done = _table(store)
     done = done[done["status"] == "finished"]
@@ -310,9 +310,9 @@ def test_a_smoke_run_has_an_experiment_of_its_own():
 
 
 def test_the_saved_view_shows_the_swept_params_as_logged_the_seed_and_the_sweep(tmp_path):
-    from orchestration.launch import _runs_view
-    from orchestration.plan import Planner
-    from orchestration.tracking import SweepTracking, check_tracking
+    from orchestration.run.launch import _runs_view
+    from orchestration.sweep.plan import Planner
+    from orchestration.track.tracking import SweepTracking, check_tracking
 
     from .test_tracking import run_trial
 
@@ -347,10 +347,10 @@ def test_the_saved_view_shows_the_swept_params_as_logged_the_seed_and_the_sweep(
 
 
 def test_the_parent_run_carries_the_sweeps_summary(tmp_path):
-    from orchestration.launch import _log_summary
-    from orchestration.plan import Planner
+    from orchestration.run.launch import _log_summary
     from orchestration.stats import mean_ci
-    from orchestration.tracking import SweepTracking, check_tracking
+    from orchestration.sweep.plan import Planner
+    from orchestration.track.tracking import SweepTracking, check_tracking
 
     from .test_tracking import run_trial
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestration import trainable
-from orchestration.callbacks import MIN_FREE, storage_shortfall
-from orchestration.launch import parent_status
-from orchestration.outbox import Outbox
+from orchestration.run import trainable
+from orchestration.run.callbacks import MIN_FREE, storage_shortfall
+from orchestration.run.launch import parent_status
+from orchestration.track.outbox import Outbox
 
 
 def test_a_deterministic_error_ends_the_trial_with_its_reason(tmp_path, monkeypatch):

@@ -11,10 +11,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.claims import Claim
 from orchestration.errors import SweepError
-from orchestration.claims import read_claims
-from orchestration.findings import evaluate, findings, read_runs
+from orchestration.report.findings import evaluate, findings, read_runs
+from orchestration.sweep.claims import Claim
+from orchestration.sweep.claims import read_claims
 
 from .conftest import SWEEPS
 

@@ -1,4 +1,4 @@
-"""Which swept dimensions matter (orchestration/importance.py), on sweeps written to a real
+"""Which swept dimensions matter (orchestration/report/importance.py), on sweeps written to a real
 sqlite MLflow store: one key carries the whole effect, one none, one never varied."""
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration import importance as imp
 from orchestration.paths import tool
-from orchestration.leaderboard import build_table, child_runs, leaderboard, sort_table, table_keys
-from orchestration.plan import Planner
-from orchestration.spec import load_sweep
-from orchestration.tracking import SweepTracking, check_tracking
+from orchestration.report import importance as imp
+from orchestration.report.leaderboard import build_table, child_runs, leaderboard, sort_table, table_keys
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import load_sweep
+from orchestration.track.tracking import SweepTracking, check_tracking
 
 from .conftest import write_sweep
 

@@ -15,8 +15,8 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from orchestration import leaderboard as board
-from orchestration.leaderboard import (build_table, child_runs, render, search_child_runs, search_find_sweep,
+from orchestration.report import leaderboard as board
+from orchestration.report.leaderboard import (build_table, child_runs, render, search_child_runs, search_find_sweep,
                                        sort_table, sqlite_child_runs, sqlite_find_sweep, table_keys)
 
 ROOT = Path(__file__).resolve().parents[2]

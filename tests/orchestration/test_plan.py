@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from orchestration.plan import Planner
-from orchestration.searcher import SweepSearcher, make_searcher
-from orchestration.space import Simplex, simplex_lattice
-from orchestration.spec import load_sweep
+from orchestration.run.searcher import SweepSearcher, make_searcher
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.space import Simplex, simplex_lattice
+from orchestration.sweep.spec import load_sweep
 
 
 def plan(sweep_file, overrides=None, smoke=False, **sections):

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.components import WEIGHTINGS
 from orchestration.errors import SweepError
-from orchestration.spec import load_sweep
+from orchestration.sweep.spec import load_sweep
 
 from ..weighting_plugin import PLUGIN
 from .conftest import run_cli, write_sweep

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy.special import nctdtr, stdtrit
 
-from orchestration.claims import Claim
+from orchestration.report.verdicts import HOLDS, decide
 from orchestration.stats import LEVEL, sequential_level
-from orchestration.verdicts import HOLDS, decide
+from orchestration.sweep.claims import Claim
 
 DELTA = SIGMA = 0.01
 FIRST, LAST = 3, 12

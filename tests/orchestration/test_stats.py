@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from orchestration.leaderboard import build_table, render, sort_table
+from orchestration.report.leaderboard import build_table, render, sort_table
 from orchestration.stats import mean_ci, paired_delta
 
 SCORES = [0.652, 0.640, 0.664]

@@ -12,9 +12,9 @@ import pytest
 
 from mtbert.config import build_config, merge
 from mtbert.train.loop import train
-from orchestration.leaderboard import build_table, cost_axis, render, sort_table, tm_column
-from orchestration.spec import load_sweep
-from orchestration.tm import time_basis, trial_tm
+from orchestration.report.leaderboard import build_table, cost_axis, render, sort_table, tm_column
+from orchestration.sweep.spec import load_sweep
+from orchestration.track.tm import time_basis, trial_tm
 
 from .conftest import TINY_BASE, stop_pids
 

@@ -15,14 +15,14 @@ from mlflow.tracking import MlflowClient
 from mtbert.config import build_config
 from mtbert.train.metrics import tm_relative_score
 from orchestration.errors import TrackingUnavailable
-from orchestration.launch import _runs_view
-from orchestration.mlflow_extras import save_runs_view
-from orchestration.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
+from orchestration.run.launch import _runs_view
+from orchestration.track.mlflow_extras import save_runs_view
+from orchestration.report.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
                                       sort_table)
-from orchestration.plan import Planner
-from orchestration.spec import load_sweep
-from orchestration.tm import time_basis
-from orchestration.tracking import SweepTracking, check_tracking, final_figures
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import load_sweep
+from orchestration.track.tm import time_basis
+from orchestration.track.tracking import SweepTracking, check_tracking, final_figures
 
 from .conftest import write_sweep
 
@@ -216,7 +216,7 @@ def test_leaderboard_errors_are_one_line(swept):
 
 
 def test_log_leaderboard_puts_the_table_and_plot_on_the_parent(swept, tmp_path):
-    from orchestration.leaderboard import log_leaderboard
+    from orchestration.report.leaderboard import log_leaderboard
 
     tracking, _, _ = swept
     assert log_leaderboard(tracking)

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from orchestration.claims import Claim
 from orchestration.stats import Interval, paired_interval, sequential_level, t_quantile
-from orchestration.verdicts import (CONTRADICTED, HOLDS, INCONCLUSIVE, NO_DIFFERENCE, NOT_RUN, decide,
+from orchestration.sweep.claims import Claim
+from orchestration.report.verdicts import (CONTRADICTED, HOLDS, INCONCLUSIVE, NO_DIFFERENCE, NOT_RUN, decide,
                                     decide_from_summary, judge)
 
 DELTA = 0.01

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.plan import Planner
-from orchestration.spec import load_sweep
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "sweeps"
@@ -107,7 +107,7 @@ def sweep_env(tmp_path_factory):
 def test_smoke_run_finishes_every_trial(path, sweep_env, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from orchestration.launch import run_sweep
+    from orchestration.run.launch import run_sweep
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

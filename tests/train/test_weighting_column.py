@@ -1,5 +1,5 @@
 """The leaderboard's labels: the weights column (fixed weights, or the weighting method's name) and the regime."""
-from orchestration.labels import fmt_weighting
+from orchestration.sweep.labels import fmt_weighting
 
 TASKS = ["sst", "para", "sts"]
 BEST = {"sst": "0.2", "para": "0.4", "sts": "0.4"}  # MLflow params are strings
@@ -18,7 +18,7 @@ def test_weights_column_names_the_method():
 
 
 def test_regime_label_names_a_whole_frozen_encoder():
-    from orchestration.labels import regime_label
+    from orchestration.sweep.labels import regime_label
 
     swept = ["freeze.layers", "sharing.head_regime"]
     row = {"sharing.head_regime": "I-I-I", "sharing.encoder_shared_layers": "None"}

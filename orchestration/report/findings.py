@@ -5,12 +5,12 @@
 
 Each claim compares two configurations, A and B, on one metric: the effect is A − B paired by
 seed (orchestration/stats.py: mean of per-seed differences ± its 95% t-interval, n seeds both
-ran, widened over the looks of a sequential design), and orchestration/verdicts.py reads that
+ran, widened over the looks of a sequential design), and orchestration/report/verdicts.py reads that
 interval against the smallest difference that matters: holds, contradicted, no difference
 that matters, inconclusive (with the seeds that would decide it), or not run (no finished
 run of A or B at a shared seed).
 
-Claims are data: the `claims:` of the sweep files (orchestration/claims.py), read from the
+Claims are data: the `claims:` of the sweep files (orchestration/sweep/claims.py), read from the
 files named on the command line, else from the claims.json that the latest sweep of each
 experiment logged with its parent run. A selector picks runs by their MLflow params as it
 picks configurations at load (claims.matches), within the claim's experiment; when it matches
@@ -25,11 +25,11 @@ from typing import Any
 
 import pandas as pd
 
-from orchestration.claims import CLAIMS_FILE, Claim, from_doc, same
 from orchestration.errors import SweepError
-from orchestration.labels import parse_param
 from orchestration.paths import fluent_tracking_uri
-from orchestration.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, OUTCOMES, Verdict, decide
+from orchestration.report.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, OUTCOMES, Verdict, decide
+from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
+from orchestration.sweep.labels import parse_param
 
 VERDICTS = OUTCOMES
 

@@ -12,7 +12,7 @@ seed (the mean of per-seed differences ± its own 95% t-interval, n paired seeds
 best value is bold. A sweep's frozen reference (`reference: true`, role `reference`) is
 labelled as such, and the caption names the rows whose mean falls below it, task by task; the
 caption is a legend for what the table shows, no more. Columns are picked by their csv names
-(Column, --columns); md, latex and html are written by orchestration/export.py. Runs come from
+(Column, --columns); md, latex and html are written by orchestration/report/export.py. Runs come from
 MLflow (pandas): the child runs of one sweep's parent run, by default the experiment's latest
 sweep with a finished trial.
 
@@ -27,7 +27,7 @@ wall-clock scores of 1.000 and 0.609 on a loaded machine, so a row whose runs' t
 differ by more than WALL_SPREAD is marked: its wall column measured the machine as much as the
 configuration. A searched point identical to the baseline was trained once, as the baseline
 (plan.py): that row says so. Below the table, the importance of each swept key per figure
-(orchestration/importance.py), when it was computed from these runs.
+(orchestration/report/importance.py), when it was computed from these runs.
 
 The Pareto plot puts overall against the headline score's cost on the full-epoch-budget basis
 (training FLOPs, tm_flops, or train time, tm_time_s; see tm.py), so trials ASHA stopped are not
@@ -50,12 +50,12 @@ import pandas as pd
 
 from mtbert import figures
 from mtbert.tasks import TASKS
-from orchestration import export
 from orchestration.errors import SweepError
-from orchestration.export import Cell
-from orchestration.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
 from orchestration.paths import fluent_tracking_uri, sqlite_path
+from orchestration.report import export
+from orchestration.report.export import Cell
 from orchestration.stats import paired_delta, t_quantile
+from orchestration.sweep.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
 # The papers' names of the task scores; task columns come from the sweep's task_metrics tag.
@@ -915,7 +915,7 @@ def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None
         return _csv(table)
     tables = [export_table(table, columns, fmt)]
     if importance is not None and not importance.empty:
-        from orchestration import importance as imp
+        from orchestration.report import importance as imp
 
         tables.append(imp.export_table(importance))
     title = f"mtbert leaderboard: {title}" if title else "mtbert leaderboard"
@@ -1201,7 +1201,7 @@ def log_leaderboard(tracking) -> bool:
     these runs (importance.log_importance, the step before)."""
     import tempfile
 
-    from orchestration.importance import stored
+    from orchestration.report.importance import stored
 
     parent = tracking.client.get_run(tracking.parent_run_id)
     runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id, *table_keys(parent.data.tags))
@@ -1229,7 +1229,7 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
     The importance the parent holds for these runs follows the table (md, latex, html) and is
     drawn to `importance_plot`; importance.stored says why when there is none. `columns`:
     the printed table's (render); `say`: where find_sweep says which sweep it chose."""
-    from orchestration.importance import plot_importance, stored
+    from orchestration.report.importance import plot_importance, stored
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     runs = child_runs(uri, experiment_id, parent.info.run_id, *table_keys(parent.data.tags))

@@ -33,8 +33,8 @@ from typing import Mapping
 
 import numpy as np
 
-from orchestration.claims import Claim
 from orchestration.stats import LEVEL, Interval, look_level, paired_interval, t_quantile
+from orchestration.sweep.claims import Claim
 
 HOLDS, CONTRADICTED, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN = OUTCOMES = (
     "holds", "contradicted", "no difference that matters", "inconclusive", "not run")

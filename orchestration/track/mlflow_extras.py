@@ -23,7 +23,7 @@
 
 Nothing here decides a figure; each piece is called from one marked line in tracking.py,
 trainable.py or launch.py; nothing here imports tracking.py. Run writes go through the
-tracking's queue (orchestration/outbox.py) except the model upload, which MLflow's own client
+tracking's queue (orchestration/track/outbox.py) except the model upload, which MLflow's own client
 makes at the sweep's end, guarded there.
 """
 from __future__ import annotations

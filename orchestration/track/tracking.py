@@ -34,11 +34,11 @@ from typing import Any, Iterator
 
 import yaml
 
-from orchestration import mlflow_extras
 from orchestration.errors import TrackingUnavailable
-from orchestration.labels import STANDS_FOR
 from orchestration.paths import sqlite_path
-from orchestration.tm import mean_reference, time_basis, trial_tm
+from orchestration.sweep.labels import STANDS_FOR
+from orchestration.track import mlflow_extras
+from orchestration.track.tm import mean_reference, time_basis, trial_tm
 
 EPOCH_PREFIX = "epoch/"
 PARENT_TAG = "mlflow.parentRunId"
@@ -119,7 +119,7 @@ def _schema_lock(uri: str) -> Iterator[None]:
 
 def git_commit(cwd: Path | None = None) -> str | None:
     """The commit of the code that runs the sweep (this package's checkout), if it is one."""
-    cwd = cwd or Path(__file__).resolve().parents[1]
+    cwd = cwd or Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, timeout=5)
@@ -298,7 +298,7 @@ class SweepTracking:
             key = self.state_dir or f"memory-{id(self)}"
             if key not in _LIVE:
                 live = _Live(Path(self.state_dir) if self.state_dir else None, self.fresh)
-                from orchestration.outbox import Outbox
+                from orchestration.track.outbox import Outbox
 
                 journal = Path(self.state_dir) / QUEUE_FILE if self.state_dir else None
                 live.outbox = Outbox(self._apply, journal, outage_s=self.outage_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, TrialScheduler
 
-from orchestration.spec import Sweep
+from orchestration.sweep.spec import Sweep
 
 TIME_ATTR = "epoch"  # train() reports once per epoch; epochs are the budget ASHA divides
 

@@ -19,18 +19,25 @@ from typing import Any, Callable
 
 import yaml
 
-from orchestration.claims import CLAIMS_FILE, from_doc, to_doc
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
-from orchestration.plan import Planner
-from orchestration.spec import SMOKE_SUFFIX, Sweep, load_sweep
-from orchestration.tm import __doc__ as TM_DOC
-from orchestration.tracking import QUEUE_FILE, STATE_LOG, STORAGE_FULL, SweepTracking, check_tracking, git_commit
+from orchestration.sweep.claims import CLAIMS_FILE, from_doc, to_doc
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep, load_sweep
+from orchestration.track.tm import __doc__ as TM_DOC
+from orchestration.track.tracking import QUEUE_FILE, STATE_LOG, STORAGE_FULL, SweepTracking, check_tracking, git_commit
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
 DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
 IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
+# Each room's modules. A sweep folder saved before orchestration/ had rooms pickled its
+# searcher, scheduler and callbacks under the flat names (`orchestration.` + module), and a
+# resume must still find them there (_flat_names).
+ROOM_MODULES = {"sweep": ("spec", "space", "plan", "claims", "labels"),
+                "run": ("launch", "trainable", "callbacks", "jobs", "remote", "searcher", "scheduler"),
+                "track": ("tracking", "outbox", "mlflow_extras", "models", "tm"),
+                "report": ("leaderboard", "export", "findings", "verdicts", "importance", "best")}
 
 
 @dataclass
@@ -128,7 +135,7 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     if IN_RAY_JOB not in os.environ:
         modules = import_plugins(list(plugins))
         if address:  # a cluster's nodes may not have the project installed
-            root = Path(__file__).resolve().parents[1]
+            root = Path(__file__).resolve().parents[2]
             modules = [str(root / "mtbert"), str(root / "orchestration"), *modules]
     local = {} if address else {"num_cpus": num_cpus, "include_dashboard": False}
     if not address:
@@ -178,7 +185,7 @@ def _check_local_resources(sweep: Sweep, address: str | None, num_cpus: int | No
 
 def _check_nodes(configs: list[dict[str, Any]], storage_dir: Path) -> None:
     """On a cluster every node must see the data, a local model and one shared Tune storage."""
-    from orchestration.remote import check_paths_on_nodes, check_shared_storage, input_paths
+    from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
 
     check_paths_on_nodes(input_paths(configs))
     check_shared_storage(storage_dir)
@@ -215,7 +222,7 @@ def _trial_dirname(trial) -> str:
 def _trainable(cpu: float, gpu: float):
     from ray import tune
 
-    from orchestration.trainable import run_trial
+    from orchestration.run.trainable import run_trial
 
     return tune.with_resources(run_trial, {"cpu": cpu, "gpu": gpu})
 
@@ -271,8 +278,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     _check_local_resources(sweep, address, num_cpus)
     uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
     check_tracking(uri)
-    from orchestration.scheduler import make_scheduler, tune_metric
-    from orchestration.searcher import make_searcher
+    from orchestration.run.scheduler import make_scheduler, tune_metric
+    from orchestration.run.searcher import make_searcher
 
     planner = Planner(sweep)
     # Expands and validates every grid/random point; under adaptive seeds, says each round.
@@ -333,7 +340,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from ray import tune
 
     metric, mode = tune_metric(sweep)
-    from orchestration.callbacks import ProgressPrinter, TrackingCallback
+    from orchestration.run.callbacks import ProgressPrinter, TrackingCallback
 
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
     tuner = tune.Tuner(
@@ -356,7 +363,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
 
 
 def check_shared_storage_of(storage_dir: Path) -> None:
-    from orchestration.remote import check_shared_storage
+    from orchestration.run.remote import check_shared_storage
 
     check_shared_storage(storage_dir)
 
@@ -399,6 +406,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     _quiet_tune()
     from ray import tune
 
+    _flat_names()
     resources = state["resources"]
     tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
                                resume_unfinished=True, resume_errored=True)
@@ -409,6 +417,17 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
                 t_start, log, models, claims=claims, adaptive=state.get("adaptive", False))
 
 
+def _flat_names() -> None:
+    """The flat module names a sweep folder saved before the rooms pickled its objects under,
+    as aliases of the modules now in rooms, so that its Tune state unpickles."""
+    import importlib
+    import sys
+
+    for room, names in ROOM_MODULES.items():
+        for name in names:
+            sys.modules.setdefault(f"orchestration.{name}", importlib.import_module(f"orchestration.{room}.{name}"))
+
+
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
@@ -417,7 +436,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
 
-    from orchestration.callbacks import hold_reserve, release_reserve
+    from orchestration.run.callbacks import hold_reserve, release_reserve
 
     status = "FAILED"
     results = None
@@ -472,7 +491,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
 
 def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:
     """Whether the sweep stopped, or its folder is now, too full to take a trial's report."""
-    from orchestration.callbacks import release_reserve, storage_shortfall
+    from orchestration.run.callbacks import release_reserve, storage_shortfall
 
     live = tracking.live
     if live.full is None and live.stop_reason in (None, STORAGE_FULL):
@@ -552,9 +571,9 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     stops with one line.
     Each step is attempted on its own, so one failing neither skips the others nor hides
     the error that ended the sweep."""
-    from orchestration.importance import log_importance
-    from orchestration.leaderboard import log_leaderboard
-    from orchestration.mlflow_extras import log_models
+    from orchestration.report.importance import log_importance
+    from orchestration.report.leaderboard import log_leaderboard
+    from orchestration.track.mlflow_extras import log_models
 
     if tracking.live.stop_reason is not None or status != "FINISHED":
         tracking.close_open(tracking.live.stop_reason or "sweep ended")
@@ -612,7 +631,7 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
     """The sweep's claims decided on its own runs, as `mtbert findings` decides them: the table
     (findings.md, verdicts.json) and a tag counting the verdicts on the parent run; a line
     per claim for the console."""
-    from orchestration.findings import evaluate, read_runs, render
+    from orchestration.report.findings import evaluate, read_runs, render
 
     tracking.flush()  # the trials' last figures are in the store
     table = evaluate(read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id), claims)
@@ -635,7 +654,7 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics, tags) of the sweep for its parent run: its best configuration
     (mlflow_extras.best_configuration) by its mean overall, the half-width of that mean's 95%
     interval (two seeds or more) and its seeds; and how its trials ended."""
-    from orchestration.mlflow_extras import best_summary
+    from orchestration.track.mlflow_extras import best_summary
 
     finished = [r for r in runs if r.info.status == "FINISHED"]
     failed = sum(r.info.status == "FAILED" for r in runs)
@@ -683,8 +702,8 @@ def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
         tracking.live.runs.setdefault(key, run.info.run_id)
         if not tracking.history(key):
             tracking.live.trial(key)["history"] = tracking._history_from_mlflow(key)
-        from orchestration.callbacks import error_line
-        from orchestration.trainable import failure
+        from orchestration.run.callbacks import error_line
+        from orchestration.run.trainable import failure
 
         if trial.status == Trial.TERMINATED and not failure(trial.last_result):
             tracking.finish(trial.config, "FINISHED")
@@ -709,7 +728,7 @@ def _runs_view(sweep) -> dict:
             tasks.append(get_task(t).metric_name)
         except (KeyError, ValueError):  # a plug-in task the driver has not imported
             pass
-    from orchestration.mlflow_extras import swept_params
+    from orchestration.track.mlflow_extras import swept_params
 
     # check_values: every value a dimension may take, or its ends (a simplex: its corners).
     swept = [name for d in sweep.dims for name in swept_params(d.key, d.check_values())]
@@ -722,7 +741,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
                            status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
                            reads_s=tracking.sync_s, writer_cpu_s=tracking.live.outbox.busy_cpu_s,
                            experiment_id=tracking.experiment_id)
-    from orchestration.mlflow_extras import best_summary
+    from orchestration.track.mlflow_extras import best_summary
 
     children = tracking.children()
     for run in children:
@@ -760,7 +779,7 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     # Quoted: a store under a folder with spaces must paste back as one argument.
     log(f"table: {tool('mtbert')} leaderboard --experiment {shlex.quote(o.experiment)} "
         f"--tracking-uri {shlex.quote(o.tracking_uri)}")
-    from orchestration.mlflow_extras import ui_link
+    from orchestration.track.mlflow_extras import ui_link
 
     if o.tracking_uri.startswith("sqlite:"):
         log(f"browse: {tool('mlflow')} ui --backend-store-uri {shlex.quote(o.tracking_uri)}   (then open "

@@ -9,7 +9,7 @@ Top-level keys (see sweeps/*.yaml for commented examples):
 
     base / base_config   the config every trial starts from (inline mapping and/or a file)
     space                dotted config key -> dimension (grid, choice, uniform, loguniform,
-                         randint, simplex); see orchestration/space.py
+                         randint, simplex); see orchestration/sweep/space.py
     search               algorithm grid|random|optuna, seed, metric, mode, objectives
     scheduler            type fifo|asha, grace_period, reduction_factor, max_t
     num_samples          grid: repeats of the grid; random/optuna: sampled configurations
@@ -20,12 +20,12 @@ Top-level keys (see sweeps/*.yaml for commented examples):
                          mapping of config overrides over it. The leaderboard names the row.
     seeds                every configuration (and the baseline) runs under each seed: a list, or
                          adaptive, {start, max, budget}: see below
-    claims               what the sweep sets out to show: orchestration/claims.py
+    claims               what the sweep sets out to show: orchestration/sweep/claims.py
     tracking             {uri, experiment, outage_s, tm_score, log_models, register_model}
     smoke                overrides applied by --smoke, on top of the built-in smoke shrink
 
 Claims and adaptive seeds. A claim compares two configurations of the sweep on one figure; an
-adaptive `seeds:` spends seeds only where a claim is still open (orchestration/searcher.py):
+adaptive `seeds:` spends seeds only where a claim is still open (orchestration/run/searcher.py):
 
     claims:
       - name: 3-bert > 1-bert
@@ -60,7 +60,7 @@ from mtbert.config import (ConfigError, coerce, build_config, parse_override, re
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
-from orchestration.space import Dimension, parse_dimension
+from orchestration.sweep.space import Dimension, parse_dimension
 
 
 # --------------------------------------------------------------------------- schema
@@ -143,7 +143,7 @@ class SweepFile:
     # with these config overrides on top of it (e.g. {train.epochs: 10}).
     reference: bool | dict[str, Any] = False
     seeds: Any = None  # a list (null = [base train.seed]) or adaptive {start, max, budget}: parse_seeds
-    claims: Any = None  # a list of claims: orchestration/claims.py
+    claims: Any = None  # a list of claims: orchestration/sweep/claims.py
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     smoke: dict[str, Any] | None = None
 
@@ -205,7 +205,7 @@ class Sweep:
     baseline: dict[str, Any]  # dotted overrides of the baseline trial
     seeds: list[int]  # the first round's under adaptive seeds (0 .. start-1)
     reference: dict[str, Any] | None = None  # dotted overrides of the frozen-reference trial
-    claims: list = field(default_factory=list)  # orchestration.claims.Claim, experiment filled in
+    claims: list = field(default_factory=list)  # orchestration.sweep.claims.Claim, experiment filled in
     adaptive: AdaptiveSeeds | None = None  # None: every configuration runs every seed of `seeds`
     smoke: bool = False
     notes: list[str] = field(default_factory=list)  # e.g. dimensions pinned by --smoke
@@ -572,8 +572,8 @@ def _check_claims(sweep: Sweep, where: str, tasks: list[str], pinned: dict[str, 
     """Every claim against the sweep's configurations, then with the design's looks. A --smoke
     run is checked against the plan it would have without --smoke (a typo is a typo there
     too), then runs only the claims whose two configurations its shrunk plan kept."""
-    from orchestration.claims import check_claims, configurations, parse_claims, pick, with_looks
-    from orchestration.plan import Planner
+    from orchestration.sweep.claims import check_claims, configurations, parse_claims, pick, with_looks
+    from orchestration.sweep.plan import Planner
 
     claims = parse_claims(sweep.spec.claims, where, sweep.experiment)
     searched = sweep.spec.search.algorithm != "optuna"

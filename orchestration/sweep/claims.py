@@ -117,7 +117,7 @@ class Configuration:
 
 
 def configurations(trials: Iterable[Mapping[str, Any]]) -> list[Configuration]:
-    """The planned trials (orchestration/plan.py) grouped into configurations, in plan order."""
+    """The planned trials (orchestration/sweep/plan.py) grouped into configurations, in plan order."""
     from mtbert.config import flatten
 
     seen: dict[str, Configuration] = {}
@@ -313,7 +313,7 @@ def read_claims(path: str | Path) -> list[Claim]:
     tracking = raw.get("tracking") if isinstance(raw.get("tracking"), dict) else {}
     experiment = tracking.get("experiment") or raw.get("name") or Path(path).stem
     claims = parse_claims(raw.get("claims"), str(path), str(experiment))
-    from orchestration.spec import parse_seeds
+    from orchestration.sweep.spec import parse_seeds
 
     _, adaptive = parse_seeds(raw.get("seeds"), str(path), base_seed=0)
     return with_looks(claims, adaptive)

@@ -11,9 +11,9 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
-from orchestration.labels import fmt_lr, regime_label
-from orchestration.tracking import STORAGE_FULL, SweepTracking
-from orchestration.trainable import failure, keep_one_model
+from orchestration.run.trainable import failure, keep_one_model
+from orchestration.sweep.labels import fmt_lr, regime_label
+from orchestration.track.tracking import STORAGE_FULL, SweepTracking
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
 

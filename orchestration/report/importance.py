@@ -43,8 +43,8 @@ import numpy as np
 import pandas as pd
 
 from orchestration.errors import SweepError
-from orchestration.export import Cell
-from orchestration.labels import STANDS_FOR, parse_param
+from orchestration.report.export import Cell
+from orchestration.sweep.labels import STANDS_FOR, parse_param
 
 RESAMPLES = 100
 RNG_SEED = 0
@@ -66,7 +66,7 @@ COLUMNS = ["figure", "dimension", "importance", "low", "high", "configurations",
 
 def figures(parent_tags: dict[str, str], tm: str) -> list[str]:
     """The figures assessed: the sweep's task scores, overall and its headline TM score."""
-    from orchestration.leaderboard import _task_metrics
+    from orchestration.report.leaderboard import _task_metrics
 
     return [*_task_metrics(parent_tags), "overall", tm]
 
@@ -157,7 +157,7 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
 def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
            space: dict[str, dict] | None = None) -> Points:
     """The sweep's configurations from its child runs (leaderboard.child_runs' frame)."""
-    from orchestration.leaderboard import _weights
+    from orchestration.report.leaderboard import _weights
 
     keys = _space_keys(parent_tags)
     col = lambda name: runs[name] if name in runs.columns else pd.Series(None, index=runs.index)  # noqa: E731
@@ -192,7 +192,7 @@ def space_doc(uri: str, parent) -> dict[str, dict] | None:
 def _parent_artifact(uri: str, parent, name: str) -> str | None:
     """A small text artifact of the parent run: read in place when local (no MLflow), else
     downloaded; None when the run has none."""
-    from orchestration.leaderboard import _client, _local_artifact_dir
+    from orchestration.report.leaderboard import _client, _local_artifact_dir
 
     folder = _local_artifact_dir(getattr(parent.info, "artifact_uri", None))
     if folder is not None:
@@ -336,7 +336,7 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
     end of a sweep, so its leaderboard (leaderboard.md, `mtbert leaderboard`) shows them."""
     import tempfile
 
-    from orchestration.leaderboard import _union, child_runs, headline_tm, table_keys
+    from orchestration.report.leaderboard import _union, child_runs, headline_tm, table_keys
 
     parent = tracking.client.get_run(tracking.parent_run_id)
     tags = parent.data.tags
@@ -361,7 +361,7 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 def figure_label(figure: str) -> str:
-    from orchestration.leaderboard import HEADERS
+    from orchestration.report.leaderboard import HEADERS
 
     return HEADERS.get(figure, figure)
 
@@ -408,8 +408,8 @@ def caption(found: pd.DataFrame, bold: bool = False) -> str:
 
 
 def export_table(found: pd.DataFrame):
-    """The table as the printed formats take it (orchestration/export.py)."""
-    from orchestration import export
+    """The table as the printed formats take it (orchestration/report/export.py)."""
+    from orchestration.report import export
 
     headers, rows = display_rows(found)
     bold = any(c.bold for row in rows for c in row)
@@ -417,8 +417,8 @@ def export_table(found: pd.DataFrame):
 
 
 def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
-    from orchestration import export
-    from orchestration.leaderboard import FORMATS, IMPORTANCE_HEADING
+    from orchestration.report import export
+    from orchestration.report.leaderboard import FORMATS, IMPORTANCE_HEADING
 
     if fmt not in FORMATS:
         raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
@@ -476,7 +476,7 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
     import shutil
     import tempfile
 
-    from orchestration.leaderboard import _union, child_runs, find_sweep, headline_tm, log_artifact, table_keys
+    from orchestration.report.leaderboard import _union, child_runs, find_sweep, headline_tm, log_artifact, table_keys
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     tags = parent.data.tags

@@ -3,7 +3,7 @@
 It adapts train()'s reporter to Tune (a report plus the epoch's checkpoint directory, every
 epoch) and resumes from Tune's last checkpoint when a crashed trial is retried or a sweep is
 restored. It does no tracking: the driver logs to MLflow from what Tune reports (see
-orchestration/callbacks.py), so an ASHA stop or a dead worker cannot leave a run open.
+orchestration/run/callbacks.py), so an ASHA stop or a dead worker cannot leave a run open.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def _run_trial(config: dict[str, Any]) -> None:
     if elsewhere:
         log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")
 
-    from orchestration.mlflow_extras import SystemSampler
+    from orchestration.track.mlflow_extras import SystemSampler
 
     system = SystemSampler()  # [mlflow_extras] CPU/memory/GPU of this trial, per epoch
 

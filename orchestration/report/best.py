@@ -69,8 +69,8 @@ def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) ->
     `mtbert best --format json` prints)."""
     from mlflow.tracking import MlflowClient
 
-    from orchestration.leaderboard import find_sweep
-    from orchestration.mlflow_extras import best_configuration, best_summary
+    from orchestration.report.leaderboard import find_sweep
+    from orchestration.track.mlflow_extras import best_configuration, best_summary
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     client = MlflowClient(uri)

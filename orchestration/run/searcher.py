@@ -25,8 +25,8 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from orchestration.labels import STANDS_FOR
-from orchestration.plan import BASELINE, Planner, trial_key
+from orchestration.sweep.labels import STANDS_FOR
+from orchestration.sweep.plan import BASELINE, Planner, trial_key
 
 TM_METRICS = {"tm_relative_score": "tm_time_s", "tm_relative_score_compute": "tm_flops"}
 
@@ -47,7 +47,7 @@ class SeedRounds:
     the epochs Tune reported). Everything here is plain data, saved with the searcher."""
 
     def __init__(self, planner: Planner, first: list[dict[str, Any]]):
-        from orchestration.claims import configurations, sides
+        from orchestration.sweep.claims import configurations, sides
 
         sweep = planner.sweep
         self.design = sweep.adaptive
@@ -101,7 +101,7 @@ class SeedRounds:
         key = self.key_of.get(trial_id)
         if key is None or "epoch" not in result:
             return
-        from orchestration.tracking import epoch_metrics
+        from orchestration.track.tracking import epoch_metrics
 
         # A resumed trial reports its epochs again: the latest report of an epoch wins.
         figures = {k: v for k, v in epoch_metrics(result).items() if "/" not in k}  # not Tune's config/...
@@ -118,7 +118,7 @@ class SeedRounds:
             if result:
                 self.on_result(trial_id, result)
             if self.history.get(key):
-                from orchestration.tracking import trial_figures
+                from orchestration.track.tracking import trial_figures
 
                 self.figures[key] = trial_figures(self.history[key], self.shape[key])[0]
         self.history.pop(key, None)
@@ -133,7 +133,7 @@ class SeedRounds:
         if figures is None:
             return None
         if metric in TM_METRICS:
-            from orchestration.tm import trial_tm
+            from orchestration.track.tm import trial_tm
 
             baseline = self.figures.get(trial_key(BASELINE, seed))
             return None if baseline is None else trial_tm(figures, baseline, TM_METRICS[metric])
@@ -148,7 +148,7 @@ class SeedRounds:
         return out
 
     def verdicts(self) -> dict[str, Any]:
-        from orchestration.verdicts import decide
+        from orchestration.report.verdicts import decide
 
         return {c.name: decide(self.per_seed(self.sides[c.name][0], c.metric),
                                self.per_seed(self.sides[c.name][1], c.metric), c) for c in self.claims}
@@ -273,7 +273,7 @@ class SweepSearcher(Searcher):
             self._rounds.on_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        from orchestration.trainable import failure
+        from orchestration.run.trainable import failure
 
         error = error or bool(failure(result))  # a trial that ended itself failed (trainable.FAILED)
         if self._rounds is not None:

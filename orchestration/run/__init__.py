@@ -1,0 +1,13 @@
+"""Running a sweep: the planned trials on Ray Tune, locally or on a cluster.
+
+    launch.py     run_sweep / resume_sweep: every check first, then Ray, Tune and the wrap-up
+    trainable.py  the Ray Tune function trainable around mtbert's train()
+    searcher.py   which trial next: baselines first, then the plan or Optuna; adaptive seeds
+    scheduler.py  FIFO or ASHA (never stops the baseline)
+    callbacks.py  driver-side Tune callbacks: every trial event to tracking, the progress lines
+    remote.py     checks that run on every Ray node (paths visible, storage shared)
+    jobs.py       sweeps as Ray Jobs: `mtbert sweep submit | status | stop`
+
+The room that uses all the others: it reads the sweep (sweep/), writes through track/ and,
+when a sweep ends, logs the report/ tables to its parent run.
+"""
