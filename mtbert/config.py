@@ -728,8 +728,12 @@ def upgrade_old_spellings(raw: dict) -> dict:
         block = {} if block is None else block
         if not isinstance(block, dict):
             raise ConfigError(f"{key}: expected a mapping of {method}'s settings, got {block!r}")
-        _build_component(WEIGHTINGS, {**block, "name": method}, key).check(key)
-        _deprecated(f"{key}: write its settings as loss.weighting: {{name: {method}, ...}}")
+        settings = _build_component(WEIGHTINGS, {**block, "name": method}, key)
+        settings.check(key)
+        # Configs saved before settings moved carry every method's block at its defaults (a
+        # resumed sweep's, a bundle's): only a value someone set is worth a line.
+        if settings != _build_component(WEIGHTINGS, {"name": method}, key):
+            _deprecated(f"{key}: write its settings as loss.weighting: {{name: {method}, ...}}")
         if method == chosen:  # settings written the new way win
             current = loss.get("weighting")
             loss["weighting"] = {**block, **(current if isinstance(current, dict) else {}), "name": method}
