@@ -221,6 +221,8 @@ class ProgressPrinter(Callback):
         self._last = 0.0
         self._stopped: set[str] = set()
         self._interrupted: set[str] = set()
+        self._started: set[str] = set()  # trials started, and completed, under this driver
+        self._completed: set[str] = set()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -234,6 +236,7 @@ class ProgressPrinter(Callback):
     def setup(self, **info) -> None:
         self._t0 = time.monotonic()
         self._last = self._t0
+        self._started, self._completed = set(), set()  # this driver's, also on a resume
 
     def _print(self, text: str) -> None:
         stream = self._stream or sys.stdout
@@ -255,13 +258,13 @@ class ProgressPrinter(Callback):
             counts[t.status] = counts.get(t.status, 0) + 1
         key = lambda t: t.config["key"]  # noqa: E731
         # Tune marks a trial stopped by Ctrl-C TERMINATED, and one that ended itself failed. A
-        # trial the stop caught before it reported is never completed in a callback, so while
-        # stopping, a terminated trial is finished only when its last report says it ended (or
-        # the scheduler stopped it): the count then agrees with the sweep's closing summary.
+        # trial the stop caught before its first report is never completed in a callback, so
+        # while stopping, one that started under this driver and did not complete is counted
+        # interrupted: the count then agrees with the sweep's closing summary.
         stopping = self.interrupted()
+        running = getattr(self, "_started", set()) - getattr(self, "_completed", set())
         cut = set(getattr(self, "_interrupted", ())) | {
-            key(t) for t in trials if t.status == "TERMINATED" and stopping and not t.last_result.get("done")
-            and not failure(t.last_result) and key(t) not in self._stopped}
+            key(t) for t in trials if stopping and t.status == "TERMINATED" and key(t) in running}
         ended = [t for t in trials if t.status in ("TERMINATED", "ERROR")]
         interrupted = sum(key(t) in cut for t in ended)
         failed = sum(key(t) not in cut and (t.status == "ERROR" or bool(failure(t.last_result))) for t in ended)
@@ -280,9 +283,11 @@ class ProgressPrinter(Callback):
             self._print(self.status(trials))
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        self._started = getattr(self, "_started", set()) | {trial.config["key"]}
         self._print(f"start   {trial.config['key']:<14} {describe(trial.config)}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        self._completed = getattr(self, "_completed", set()) | {trial.config["key"]}
         result = trial.last_result
         if failure(result):
             self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)} (deterministic: not retried)")
