@@ -40,9 +40,6 @@ if WORKER:
 # Module fixtures cheaper than what their tests run: spread the tests, build the fixture per worker.
 SPREAD = ("tests/sweeps/test_every_sweep.py",)
 SHARED_SERVER = "mlflow_server"  # tests/orchestration/conftest.py, session-scoped
-# Modules that start Ray heads of their own with token auth: one at a time, as two heads on
-# one machine share Ray's session files (/tmp/ray), and a job driver of one joined the other.
-OWN_RAY_HEADS = ("tests/cluster/test_two_node_cluster.py", "tests/cluster/test_submitted_sweep.py")
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -50,8 +47,6 @@ def _group(item: pytest.Item) -> str | None:
     if info is None:
         return None
     module = item.nodeid.split("::", 1)[0]
-    if module in OWN_RAY_HEADS:
-        return "ray-heads"
     defs = info.name2fixturedefs
     scopes = {name: defs[name][-1].scope for name in info.names_closure if defs.get(name)}
     if scopes.get(SHARED_SERVER) == "session":

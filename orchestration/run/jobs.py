@@ -115,6 +115,24 @@ def _translated(url: str, job_id: str | None = None) -> Iterator[None]:
         raise JobError(f"Ray cluster at {url}: {_first_line(exc)}") from None
 
 
+AGENT_WAIT_S = 60.0  # a head just started takes a while before its job agent takes jobs
+
+
+def _submit(client, url: str, **job) -> None:
+    """client.submit_job, waiting for a head whose job agent is not up yet (right after `ray
+    start`, Ray answers 500 "No available agent to submit job") instead of failing the user."""
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            with _translated(url):
+                client.submit_job(**job)
+            return
+        except JobError as exc:
+            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
 def _client(address: str | None):
     from ray.job_submission import JobSubmissionClient
 
@@ -264,11 +282,10 @@ def submit(file: str | Path, address: str | None, extra_args: Sequence[str] = ()
     _check_yaml(file)
     client, url = _client(address)
     job_id = f"mtbert-{Path(relative).stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    with _translated(url):
-        client.submit_job(entrypoint=entrypoint(relative, extra_args, tracking_uri, workdir,
-                                                python or default_python(url)),
-                          submission_id=job_id, runtime_env=runtime_env(root),
-                          metadata={"mtbert_sweep": relative, "mtbert_workdir": workdir or ""})
+    _submit(client, url, entrypoint=entrypoint(relative, extra_args, tracking_uri, workdir,
+                                              python or default_python(url)),
+            submission_id=job_id, runtime_env=runtime_env(root),
+            metadata={"mtbert_sweep": relative, "mtbert_workdir": workdir or ""})
     return _submitted(client, url, job_id, follow, out)
 
 
@@ -374,11 +391,9 @@ def submit_resume(ref: str, address: str | None, follow: bool = True, *, workdir
                            f"submit the sweep again")
     workdir = workdir if workdir is not None else (earlier.get("mtbert_workdir") or None)
     job_id = f"mtbert-resume-{Path(run_dir).name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    with _translated(url):
-        client.submit_job(entrypoint=resume_entrypoint(run_dir, python or default_python(url), workdir),
-                          submission_id=job_id, runtime_env=runtime_env(root),
-                          metadata={"mtbert_run_dir": run_dir, "mtbert_workdir": workdir or "",
-                                    "mtbert_resumes": ref})
+    _submit(client, url, entrypoint=resume_entrypoint(run_dir, python or default_python(url), workdir),
+            submission_id=job_id, runtime_env=runtime_env(root),
+            metadata={"mtbert_run_dir": run_dir, "mtbert_workdir": workdir or "", "mtbert_resumes": ref})
     return _submitted(client, url, job_id, follow, out)
 
 

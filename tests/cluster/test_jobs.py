@@ -281,3 +281,29 @@ def test_gen_env_fills_every_blank_with_a_fresh_secret() -> None:
     out = subprocess.run([sys.executable, str(DOCKER / "gen_env.py"), "--print"], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 0 and "RAY_AUTH_TOKEN=" in out.stdout
+
+
+def test_a_head_whose_job_agent_is_not_up_yet_is_waited_for(monkeypatch):
+    """Right after `ray start` the dashboard answers 500 "No available agent to submit job":
+    the submit waits for the agent instead of failing; any other refusal is one line at once."""
+    from orchestration.run import jobs
+
+    class Head:
+        calls = 0
+
+        def submit_job(self, **job):
+            Head.calls += 1
+            if Head.calls < 3:
+                raise RuntimeError("Request failed with status code 500: No available agent to submit job, "
+                                   "please try again later.")
+
+    monkeypatch.setattr(jobs.time, "sleep", lambda s: None)
+    jobs._submit(Head(), "http://head:8265", entrypoint="true")
+    assert Head.calls == 3
+
+    class Refusing:
+        def submit_job(self, **job):
+            raise RuntimeError("Request failed with status code 400: bad runtime_env")
+
+    with pytest.raises(jobs.JobError, match="^Ray cluster at http://head:8265: .*bad runtime_env"):
+        jobs._submit(Refusing(), "http://head:8265", entrypoint="true")

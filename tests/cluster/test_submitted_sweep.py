@@ -22,7 +22,7 @@ import pytest
 from tests.cluster.test_two_node_cluster import BIN, START_TIMEOUT_S, free_port, start, stop_all, wait_http
 from tests.orchestration.conftest import write_sweep
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.solo,
               pytest.mark.skipif(not (BIN / "ray").exists(), reason="needs the ray executable of this venv")]
 
 

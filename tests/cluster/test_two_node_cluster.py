@@ -38,7 +38,7 @@ BIN = Path(sys.executable).parent
 WORKER_IP = "127.0.0.2"
 START_TIMEOUT_S = 240.0  # two Ray nodes and an MLflow server on a busy 2-core runner
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.solo,
               pytest.mark.skipif(not (BIN / "ray").exists() or not (BIN / "mlflow").exists(),
                                  reason="needs the ray and mlflow executables of this venv")]
 
