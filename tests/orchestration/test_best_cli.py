@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from .conftest import run_cli, write_sweep
+from .test_e2e import sweep_runs
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,7 @@ def swept(tmp_path_factory):
     proc = run_cli(["sweep", "run", str(path), "--num-cpus", "2", "--tracking-uri", uri, "--name", "b1"],
                    cwd=root, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("best")
-    runs = client.search_runs([experiment.experiment_id], max_results=100)
-    parent = next(r for r in runs if r.data.tags.get("role") == "sweep")
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    _, (parent,), children = sweep_runs(uri, "best")  # one sweep in the experiment
     return root, uri, parent, children
 
 
