@@ -106,7 +106,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from mtbert.predict import predict_split
 
     folder = Path(args.model)
+    # Predictions go beside a bundle folder the user named; a model fetched from the store
+    # lives in a cache folder, so its predictions go to the folder the command runs in.
+    output = Path(args.output) if args.output else folder / "predictions"
     if not folder.exists():  # a name the sweep printed: a models:/ URI, a run id, a registered model
+        output = Path(args.output) if args.output else Path("predictions")
         try:
             from orchestration.paths import resolve_tracking_uri
             from orchestration.track.models import resolve_bundle
@@ -121,7 +125,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
         for key, value in map(parse_override, args.set):
             set_dotted(raw, key, value)
         bundle.config = build_config(raw, source=f"{folder}/config.yaml")
-    output = Path(args.output) if args.output else folder / "predictions"
     done = predict_split(bundle, args.split, output, as_trained=args.as_trained)
     scored = [p for p in done if p.score is not None]
     if scored:
@@ -167,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-trained", action="store_true",
                    help="score only the dev examples the run scored (its data.max_dev_examples cap); "
                    "default: the whole split")
-    p.add_argument("--output", help="folder for the prediction files (default: <model>/predictions)")
+    p.add_argument("--output", help="folder for the prediction files (default: <model>/predictions for a "
+                   "bundle folder, ./predictions for a model read from MLflow)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key of the bundle, e.g. --set data.dir=other/folder")

@@ -48,9 +48,11 @@ def test_predict_from_what_the_sweep_prints(logged, ref, tmp_path, monkeypatch, 
     root, uri, run_id, model_uri, _ = logged
     monkeypatch.chdir(tmp_path)  # the download cache is the working folder's own
     given = {"uri": model_uri, "run_id": run_id, "name": "sst-para-sts"}[ref]
-    assert _predict(root, "--model", given, "--tracking-uri", uri, "--output", "pred") == 0
+    # No --output: a model read from the store predicts into the folder the command runs in,
+    # not into the download cache.
+    assert _predict(root, "--model", given, "--tracking-uri", uri) == 0
     assert "-> bundle" in capsys.readouterr().out
-    theirs = json.loads((tmp_path / "pred" / "scores-dev.json").read_text())
+    theirs = json.loads((tmp_path / "predictions" / "scores-dev.json").read_text())
     main(["predict", "--model", str(root / "out" / "best"), "--split", "dev", "--device", "cpu",
           "--output", str(tmp_path / "folder")])
     assert theirs == json.loads((tmp_path / "folder" / "scores-dev.json").read_text())
