@@ -77,14 +77,9 @@ def test_bundle_is_one_folder(run):
     assert {p.name for p in best.iterdir()} >= {"model.pt", "config.yaml", "tokenizer", "bundle.json"}
 
 
-def test_predict_dev_in_a_fresh_process_scores_what_the_run_did(run):
+def test_predict_dev_in_a_fresh_process_scores_what_the_run_did(run, predicts_best_epoch):
     root, result, ids = run
-    proc = _cli("predict", "--model", str(root / "out" / "best"), "--split", "dev",
-                "--output", str(root / "pred"), "--device", "cpu")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    scores = json.loads((root / "pred" / "scores-dev.json").read_text())
-    best = result.epochs[result.metrics["best_epoch"] - 1]
-    assert scores == {"sst": best["sst_acc"], "para": best["para_acc"], "sts": best["sts_corr"]}
+    predicts_best_epoch(root / "out" / "best", root / "pred", result)
     header = (root / "pred" / "sst-dev-output.csv").read_text().splitlines()[0]
     assert header == "id \t Predicted_Sentiment "
     for task, stem in (("sst", "sst"), ("para", "para"), ("sts", "sts")):

@@ -115,14 +115,9 @@ def test_a_slim_bundle_predicts_exactly_as_a_self_contained_one(run, tmp_path):
     assert (full_dir / "model.pt").stat().st_size > (root / "out" / "best" / "model.pt").stat().st_size
 
 
-def test_predict_on_a_slim_bundle_scores_what_the_run_did(run, tmp_path):
+def test_predict_on_a_slim_bundle_scores_what_the_run_did(run, tmp_path, predicts_best_epoch):
     root, _, _, result = run
-    proc = _cli("predict", "--model", str(root / "out" / "best"), "--split", "dev",
-                "--output", str(tmp_path / "pred"), "--device", "cpu")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    scores = json.loads((tmp_path / "pred" / "scores-dev.json").read_text())
-    best = result.epochs[result.metrics["best_epoch"] - 1]
-    assert scores == {"sst": best["sst_acc"], "para": best["para_acc"], "sts": best["sts_corr"]}
+    predicts_best_epoch(root / "out" / "best", tmp_path / "pred", result)
 
 
 def test_a_missing_pretrained_model_is_one_line_and_encoder_points_elsewhere(run, tmp_path):
