@@ -472,7 +472,7 @@ def _check_overlap(dim: Dimension, dims: list[Dimension]) -> None:
 def _pin_points(dim: Points, base: dict, pinned: dict, notes: list[str]) -> Points | None:
     """--smoke on a points dimension: the keys it pins leave every point (checked first, as
     _check_dropped does), the rest stays tied; points that become one are kept once, and a
-    dimension left with no key (or one point) is dropped."""
+    dimension left with no key is dropped."""
     keys = [k for k in dim.config_keys() if _pinned_by(k, pinned)]
     if not keys:
         return dim
