@@ -1,6 +1,6 @@
 """Plug-in components chosen by name in the config, each owning its settings.
 
-A component (a loss weighting method) is written by name alone, `loss.weighting: cagrad`, or
+A component (a loss weighting method, a task sampling strategy) is written by name alone, `loss.weighting: cagrad`, or
 as a mapping of its name and its own settings, `loss.weighting: {name: cagrad, c: 0.4}`. Its
 settings are a dataclass beside its code (a `Settings` subclass, the component's `Settings`
 attribute) whose `check` holds their ranges; what the component needs of the rest of the
@@ -75,6 +75,18 @@ class Registry(dict):
     def settings_of(self, name: str) -> type[Settings]:
         return getattr(self[name], "Settings", Settings)
 
+    def check(self, settings: Settings, cfg: Any, key: str | None = None) -> None:
+        """The settings' own ranges, then what their component needs of the rest of `cfg`
+        (`key`: the key its errors name, when the config wrote the choice elsewhere)."""
+        component = self.lookup(settings.name, self.key)
+        if not isinstance(settings, component.Settings):
+            raise ConfigError(f"{self.key}: {settings.name} takes {component.Settings.__qualname__}, "
+                              f"got {type(settings).__qualname__}")
+        settings.check(self.key)
+        component.check_config(settings, key or self.key, cfg)
 
-# The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/.
+
+# The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/;
+# sampling strategies: mtbert/data/samplers.py.
 WEIGHTINGS = Registry("loss.weighting", "method", builtins="mtbert.train.weighting", default="static")
+SAMPLERS = Registry("sampling.strategy", "strategy", builtins="mtbert.data.samplers", default="round_robin")

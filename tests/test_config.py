@@ -27,7 +27,7 @@ def test_equal_weights_by_default():
     ({"sharing": {"head_regim": "S-S-S"}}, [], "sharing.head_regim: unknown key (did you mean 'sharing.head_regime'?)"),
     ({}, ["optim.lr=fast"], "optim.lr: expected float, got 'fast'"),
     ({}, ["train.epochs=2.5"], "train.epochs: expected int, got 2.5"),
-    ({}, ["sampling.strategy=random"], "sampling.strategy: expected one of round_robin"),
+    ({}, ["sampling.strategy=random"], "sampling.strategy: unknown strategy 'random'; known: round_robin"),
     ({}, ["tasks=[sst, paraphrase]"], "tasks[1]: unknown task 'paraphrase' (did you mean 'para'?)"),
     ({}, ["sharing.head_regime=S-X-I"], "sharing.head_regime"),
     ({}, ["sharing.head_share_tasks=[para, nli]"], "sharing.head_share_tasks: 'nli'"),
