@@ -52,11 +52,6 @@ def annealed_alpha(epoch: int, epochs: int) -> float:
     return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
 
 
-def _normalised(weights: dict[str, float]) -> dict[str, float]:
-    total = sum(weights.values())
-    return {t: w / total for t, w in weights.items()}
-
-
 class Strategy:
     """Which tasks each step of an epoch trains. Created from the strategy's settings."""
 
@@ -114,25 +109,31 @@ class Tuple(Strategy):
 
 
 class Proportional(Strategy):
+    """p_i ∝ N_i^alpha, alpha = `exponent` (1 here; annealed and temperature set their own)."""
     name = "proportional"
 
+    def exponent(self, epoch: int, epochs: int) -> float:
+        return 1.0
+
     def probabilities(self, sizes, epoch, epochs):
-        return _normalised({t: float(n) for t, n in sizes.items()})
+        alpha = self.exponent(epoch, epochs)
+        weights = {t: float(n) ** alpha for t, n in sizes.items()}
+        total = sum(weights.values())
+        return {t: w / total for t, w in weights.items()}
 
 
-class Annealed(Strategy):
+class Annealed(Proportional):
     name = "annealed"
 
-    def probabilities(self, sizes, epoch, epochs):
-        alpha = annealed_alpha(epoch, epochs)
-        return _normalised({t: float(n) ** alpha for t, n in sizes.items()})
+    def exponent(self, epoch, epochs):
+        return annealed_alpha(epoch, epochs)
 
 
-class Temperature(Strategy):
+class Temperature(Proportional):
     name = "temperature"
 
     @dataclass
-    class Settings(Settings):
+    class Settings(Strategy.Settings):
         # jiant's: p_i ∝ N_i^(1/T); T = 1 is proportional, large T near uniform.
         temperature: float = 2.0
         # N_i counted as min(N_i, size_cap), so one huge task (Quora) cannot take nearly every
@@ -143,9 +144,12 @@ class Temperature(Strategy):
             require(self.temperature > 0, f"{key}.temperature: must be > 0, got {self.temperature}")
             require(self.size_cap is None or self.size_cap > 0, f"{key}.size_cap: must be > 0 (or null)")
 
+    def exponent(self, epoch, epochs):
+        return 1.0 / self.settings.temperature
+
     def probabilities(self, sizes, epoch, epochs):
-        cap, temperature = self.settings.size_cap, self.settings.temperature
-        return _normalised({t: float(min(n, cap) if cap else n) ** (1.0 / temperature) for t, n in sizes.items()})
+        cap = self.settings.size_cap
+        return super().probabilities({t: min(n, cap) if cap else n for t, n in sizes.items()}, epoch, epochs)
 
 
 def register_strategy(cls: type[Strategy]) -> type[Strategy]:
