@@ -1,12 +1,13 @@
 """Plug-in components chosen by name in the config, each owning its settings.
 
-A component (a loss weighting method, a task sampling strategy) is written by name alone, `loss.weighting: cagrad`, or
-as a mapping of its name and its own settings, `loss.weighting: {name: cagrad, c: 0.4}`. Its
-settings are a dataclass beside its code (a `Settings` subclass, the component's `Settings`
-attribute) whose `check` holds their ranges; what the component needs of the rest of the
-config is its own `check_config`. A module named in `plugins:` registers a component with
-settings the same way the built-in ones are, and those settings are then config keys like any
-other: `--set loss.weighting.c=0.2`, a sweep dimension, an MLflow param `loss.weighting.c`.
+A component (a loss weighting method, a task sampling strategy) is written by name alone,
+`loss.weighting: cagrad`, or as a mapping of its name and its own settings,
+`loss.weighting: {name: cagrad, c: 0.4}`. Its settings are a dataclass beside its code (a
+`Settings` subclass, the component's `Settings` attribute) whose `check` holds their ranges;
+what the component needs of the rest of the config is its own `check_config`. A module named
+in `plugins:` registers a component with settings the same way the built-in ones are, and
+those settings are then config keys like any other: `--set loss.weighting.c=0.2`, a sweep
+dimension, an MLflow param `loss.weighting.c`.
 
 This module imports nothing of mtbert's but its errors: the config reaches the components
 through a Registry, and the components' code (torch) never imports the config.

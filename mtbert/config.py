@@ -628,12 +628,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 def import_plugins(names: list[str]) -> list[types.ModuleType]:
     """Import the modules named in `plugins:`; importing is a plugin's whole interface.
 
-    The usual plugin registers a task (mtbert.tasks.register_task) or a loss weighting method
-    with its settings (mtbert.train.weighting.register_weighting) at import. Every process
-    that builds a config runs this first (the CLI, a sweep's driver and each of its Ray
-    trials, to which the sweep ships the modules), so the task is known wherever the config
-    is checked. A module is looked up on sys.path, then in the working directory, as
-    `python -m` would find it.
+    The usual plugin registers a task (mtbert.tasks.register_task), a loss weighting method or
+    a sampling strategy with its settings (mtbert.train.weighting.register_weighting,
+    mtbert.data.samplers.register_strategy) at import. Every process that builds a config runs
+    this first (the CLI, a sweep's driver and each of its Ray trials, to which the sweep ships
+    the modules), so the task is known wherever the config is checked. A module is looked up
+    on sys.path, then in the working directory, as `python -m` would find it.
     """
     import importlib
     import os
