@@ -25,7 +25,7 @@ import yaml
 from mtbert import figures
 from mtbert.bundle import frozen_reference, load_stored, stored_state
 from mtbert.config import Config, to_dict
-from mtbert.data.samplers import TaskBatches, task_schedule
+from mtbert.data.samplers import TaskBatches, strategy_of, task_schedule
 from mtbert.data.tokenize import Prepared, collate, prepare
 from mtbert.data.types import Batch
 from mtbert.errors import TrainingError
@@ -135,7 +135,7 @@ def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
         return cfg.sampling.steps_per_epoch
     bs = cfg.train.batch_size
     # tuple: one pass over the largest task; one-task-per-step samplers: one pass over all data.
-    n = max(sizes.values()) if cfg.sampling.strategy == "tuple" else sum(sizes.values())
+    n = max(sizes.values()) if strategy_of(cfg.sampling.strategy).every_task else sum(sizes.values())
     return max(1, math.ceil(n / bs))
 
 
@@ -284,9 +284,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         if cfg.train.patience is not None and since_best >= cfg.train.patience:
             break  # a resumed run that had already run out of patience
-        schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps,
-                                 cfg.train.seed, temperature=cfg.sampling.temperature,
-                                 size_cap=cfg.sampling.size_cap)
+        schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps, cfg.train.seed)
         iters = {t: TaskBatches(sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
                  for t in cfg.tasks}
         loss_sum = torch.zeros(len(cfg.tasks), device=device)
