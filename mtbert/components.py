@@ -1,12 +1,13 @@
 """Plug-in components chosen by name in the config, each owning its settings.
 
-A component (a loss weighting method) is written by name alone, `loss.weighting: cagrad`, or
-as a mapping of its name and its own settings, `loss.weighting: {name: cagrad, c: 0.4}`. Its
-settings are a dataclass beside its code (a `Settings` subclass, the component's `Settings`
-attribute) whose `check` holds their ranges; what the component needs of the rest of the
-config is its own `check_config`. A module named in `plugins:` registers a component with
-settings the same way the built-in ones are, and those settings are then config keys like any
-other: `--set loss.weighting.c=0.2`, a sweep dimension, an MLflow param `loss.weighting.c`.
+A component (a loss weighting method, a task sampling strategy) is written by name alone,
+`loss.weighting: cagrad`, or as a mapping of its name and its own settings,
+`loss.weighting: {name: cagrad, c: 0.4}`. Its settings are a dataclass beside its code (a
+`Settings` subclass, the component's `Settings` attribute) whose `check` holds their ranges;
+what the component needs of the rest of the config is its own `check_config`. A module named
+in `plugins:` registers a component with settings the same way the built-in ones are, and
+those settings are then config keys like any other: `--set loss.weighting.c=0.2`, a sweep
+dimension, an MLflow param `loss.weighting.c`.
 
 This module imports nothing of mtbert's but its errors: the config reaches the components
 through a Registry, and the components' code (torch) never imports the config.
@@ -75,6 +76,18 @@ class Registry(dict):
     def settings_of(self, name: str) -> type[Settings]:
         return getattr(self[name], "Settings", Settings)
 
+    def check(self, settings: Settings, cfg: Any, key: str | None = None) -> None:
+        """The settings' own ranges, then what their component needs of the rest of `cfg`
+        (`key`: the key its errors name, when the config wrote the choice elsewhere)."""
+        component = self.lookup(settings.name, self.key)
+        if not isinstance(settings, component.Settings):
+            raise ConfigError(f"{self.key}: {settings.name} takes {component.Settings.__qualname__}, "
+                              f"got {type(settings).__qualname__}")
+        settings.check(self.key)
+        component.check_config(settings, key or self.key, cfg)
 
-# The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/.
+
+# The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/;
+# sampling strategies: mtbert/data/samplers.py.
 WEIGHTINGS = Registry("loss.weighting", "method", builtins="mtbert.train.weighting", default="static")
+SAMPLERS = Registry("sampling.strategy", "strategy", builtins="mtbert.data.samplers", default="round_robin")

@@ -8,9 +8,9 @@ names as MLflow params, so YAML, CLI and the tracking UI all read alike.
 Loading is five named steps (build_config): import the `plugins:` modules, rewrite old
 spellings, build the typed config, `resolve` the defaults that depend on other keys (RECIPES),
 then `validate`, which reads and never writes. Each section's checks are its `check` method,
-beside its fields; a pluggable component (a loss weighting method) owns its settings and
-their checks (mtbert/components.py), as the sharing settings do (mtbert/model/sharing.py) and
-the sampling ones (mtbert/data/samplers.py).
+beside its fields; a pluggable component (a loss weighting method, a sampling strategy) owns
+its settings and their checks (mtbert/components.py), as the sharing settings do
+(mtbert/model/sharing.py).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 
-from mtbert.components import WEIGHTINGS, Registry, Settings
+from mtbert.components import SAMPLERS, WEIGHTINGS, Registry, Settings
 from mtbert.data.samplers import SamplingConfig
 from mtbert.errors import ConfigError
 from mtbert.model.sharing import SharingConfig, check_heads
@@ -243,12 +243,7 @@ class LossConfig:
                                   f"a larger sum would act as a larger learning rate)")
         # The method's settings were typed by its own class at build; their ranges and the
         # method's needs of the rest of the config are its own checks.
-        method = WEIGHTINGS.lookup(self.weighting.name, "loss.weighting")
-        if not isinstance(self.weighting, method.Settings):
-            raise ConfigError(f"loss.weighting: {self.weighting.name} takes {method.Settings.__qualname__}, "
-                              f"got {type(self.weighting).__qualname__}")
-        self.weighting.check("loss.weighting")
-        method.check_config(self.weighting, "loss.pcgrad" if self.pcgrad else "loss.weighting", cfg)
+        WEIGHTINGS.check(self.weighting, cfg, "loss.pcgrad" if self.pcgrad else None)
         self.smart.check()
 
 
@@ -633,12 +628,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 def import_plugins(names: list[str]) -> list[types.ModuleType]:
     """Import the modules named in `plugins:`; importing is a plugin's whole interface.
 
-    The usual plugin registers a task (mtbert.tasks.register_task) or a loss weighting method
-    with its settings (mtbert.train.weighting.register_weighting) at import. Every process
-    that builds a config runs this first (the CLI, a sweep's driver and each of its Ray
-    trials, to which the sweep ships the modules), so the task is known wherever the config
-    is checked. A module is looked up on sys.path, then in the working directory, as
-    `python -m` would find it.
+    The usual plugin registers a task (mtbert.tasks.register_task), a loss weighting method or
+    a sampling strategy with its settings (mtbert.train.weighting.register_weighting,
+    mtbert.data.samplers.register_strategy) at import. Every process that builds a config runs
+    this first (the CLI, a sweep's driver and each of its Ray trials, to which the sweep ships
+    the modules), so the task is known wherever the config is checked. A module is looked up
+    on sys.path, then in the working directory, as `python -m` would find it.
     """
     import importlib
     import os
@@ -706,10 +701,16 @@ def _deprecated(message: str) -> None:
 
 def upgrade_old_spellings(raw: dict) -> dict:
     """Old spellings rewritten to today's, each with a deprecation line, so that older sweeps,
-    bundles and `--set`s load unchanged: `loss.pcgrad: true` (loss.weighting: pcgrad) and a
+    bundles and `--set`s load unchanged: `loss.pcgrad: true` (loss.weighting: pcgrad), a
     method's settings under `loss.<method>` (`loss.cagrad.c: 0.2` is `loss.weighting: {name:
-    cagrad, c: 0.2}`). Old settings are checked under the key they were written at, also for
-    a method that is not chosen (they were, before)."""
+    cagrad, c: 0.2}`) and the temperature strategy's flat under `sampling` (`sampling.size_cap`
+    is `sampling.strategy.size_cap`)."""
+    sampling = raw["sampling"] if isinstance(raw.get("sampling"), dict) else {}
+    flat = {k: sampling.pop(k) for k in ("temperature", "size_cap") if k in sampling}
+    if flat:
+        _move_old_settings(SAMPLERS, "temperature", flat, "sampling", sampling, "strategy",
+                           f"{', '.join('sampling.' + k for k in flat)}: write the temperature strategy's "
+                           f"settings as sampling.strategy: {{name: temperature, ...}}")
     loss = raw.get("loss")
     if not isinstance(loss, dict):
         return raw
@@ -720,24 +721,32 @@ def upgrade_old_spellings(raw: dict) -> dict:
             raise ConfigError(f"loss.pcgrad: true is the old spelling of loss.weighting: pcgrad and cannot "
                               f"be combined with loss.weighting: {chosen}; drop loss.pcgrad")
         _deprecated("loss.pcgrad: true is the old spelling of loss.weighting: pcgrad")
-        chosen = "pcgrad"
-        loss["weighting"] = {**weighting, "name": chosen} if isinstance(weighting, dict) else chosen
+        loss["weighting"] = {**weighting, "name": "pcgrad"} if isinstance(weighting, dict) else "pcgrad"
     own = {f.name for f in dataclasses.fields(LossConfig)}
     for method in [k for k in loss if k not in own and k in WEIGHTINGS.load()]:
         key, block = f"loss.{method}", loss.pop(method)
         block = {} if block is None else block
         if not isinstance(block, dict):
             raise ConfigError(f"{key}: expected a mapping of {method}'s settings, got {block!r}")
-        settings = _build_component(WEIGHTINGS, {**block, "name": method}, key)
-        settings.check(key)
-        # Configs saved before settings moved carry every method's block at its defaults (a
-        # resumed sweep's, a bundle's): only a value someone set is worth a line.
-        if settings != _build_component(WEIGHTINGS, {"name": method}, key):
-            _deprecated(f"{key}: write its settings as loss.weighting: {{name: {method}, ...}}")
-        if method == chosen:  # settings written the new way win
-            current = loss.get("weighting")
-            loss["weighting"] = {**block, **(current if isinstance(current, dict) else {}), "name": method}
+        _move_old_settings(WEIGHTINGS, method, block, key, loss, "weighting",
+                           f"{key}: write its settings as loss.weighting: {{name: {method}, ...}}")
     return raw
+
+
+def _move_old_settings(registry: Registry, name: str, block: dict, key: str, parent: dict, slot: str,
+                       said: str) -> None:
+    """Settings of component `name` written the old way at `key`, moved into `parent[slot]` if
+    that is the component chosen (settings written the new way win). They are checked under
+    the key they were written at, also for a component that is not chosen (they were, before)."""
+    settings = _build_component(registry, {**block, "name": name}, key)
+    settings.check(key)
+    # Configs saved before settings moved carry them at their defaults (a resumed sweep's, a
+    # bundle's): only a value someone set is worth a line.
+    if settings != _build_component(registry, {"name": name}, key):
+        _deprecated(said)
+    current = parent.get(slot)
+    if name == (current.get("name") if isinstance(current, dict) else current):
+        parent[slot] = {**block, **(current if isinstance(current, dict) else {}), "name": name}
 
 
 def _check_task_key(key: str, task: str, tasks: list[str]) -> None:
@@ -772,5 +781,5 @@ def validate(cfg: Config) -> None:
     cfg.optim.check()
     cfg.train.check()
     cfg.model.check()
-    cfg.sampling.check()
+    cfg.sampling.check(cfg)
     cfg.data.check(cfg.tasks)

@@ -1,7 +1,7 @@
-"""Components own their settings: a weighting method is chosen by name or with its settings,
-its settings are config keys (--set, flatten/MLflow), old spellings still load, validation only
-reads, a plug-in's method brings settings the config did not know, and config and the methods
-do not import each other."""
+"""Components own their settings: a weighting method or a sampling strategy is chosen by name
+or with its settings, its settings are config keys (--set, flatten/MLflow), old spellings still
+load, validation only reads, a plug-in's component brings settings the config did not know
+(and trains), and config and the methods do not import each other."""
 from __future__ import annotations
 
 import copy
@@ -12,10 +12,10 @@ import textwrap
 
 import pytest
 
-from mtbert.components import WEIGHTINGS
+from mtbert.components import SAMPLERS, WEIGHTINGS
 from mtbert.config import ConfigError, build_config, flatten, resolve, to_dict, validate
 
-from .weighting_plugin import PLUGIN
+from .plugins import SAMPLING_PLUGIN, WEIGHTING_PLUGIN, installed
 
 TUPLE = {"sampling.strategy": "tuple"}
 
@@ -72,6 +72,59 @@ def test_old_spellings_load_with_a_deprecation_line(caplog, monkeypatch):
     assert "loss.pcgrad: true is the old spelling of loss.weighting: pcgrad" in caplog.text
 
 
+def test_a_strategy_by_name_or_with_its_settings():
+    by_name = build_config({"sampling": {"strategy": "temperature"}})
+    assert by_name.sampling.strategy.name == "temperature" and by_name.sampling.strategy.temperature == 2.0
+    mapping = build_config({"sampling": {"strategy": {"name": "temperature", "temperature": 3.0, "size_cap": 500}}})
+    assert (mapping.sampling.strategy.temperature, mapping.sampling.strategy.size_cap) == (3.0, 500)
+    dotted = build_config({"sampling": {"strategy": "temperature"}},
+                          ["sampling.strategy.temperature=3", "sampling.strategy.size_cap=500"])
+    assert dotted == mapping
+    flat = flatten(mapping)
+    assert flat["sampling.strategy"] == "temperature" and flat["sampling.strategy.temperature"] == 3.0
+    assert flatten(build_config({}))["sampling.strategy"] == "round_robin"
+    assert build_config(to_dict(mapping)) == mapping
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"sampling.strategy": {"name": "temperature", "temprature": 3}},
+     "sampling.strategy.temprature: not a setting of strategy temperature (did you mean "
+     "'sampling.strategy.temperature'?); its settings: temperature, size_cap"),
+    ({"sampling.strategy": {"name": "tuple", "temperature": 3}},
+     "sampling.strategy.temperature: not a setting of strategy tuple; it has none"),
+    ({"sampling.strategy": "anealed"}, "sampling.strategy: unknown strategy 'anealed' (did you mean 'annealed'?)"),
+    ({"sampling.strategy": {"name": "temperature", "temperature": 0}}, "sampling.strategy.temperature: must be > 0"),
+    ({"sampling.strategy": {"name": "temperature", "size_cap": 0}}, "sampling.strategy.size_cap: must be > 0"),
+])
+def test_strategy_setting_errors_are_one_line_naming_the_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        build_config({}, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_flat_sampling_settings_load_with_a_deprecation_line(caplog, monkeypatch):
+    import mtbert.config
+
+    monkeypatch.setattr(mtbert.config, "_said", set())
+    caplog.set_level(logging.WARNING, logger="mtbert.config")
+    old = build_config({"sampling": {"strategy": "temperature", "temperature": 3.0, "size_cap": 500}})
+    assert old.sampling.strategy == build_config(
+        {"sampling": {"strategy": {"name": "temperature", "temperature": 3.0, "size_cap": 500}}}).sampling.strategy
+    assert ("sampling.temperature, sampling.size_cap: write the temperature strategy's settings as "
+            "sampling.strategy: {name: temperature, ...}") in caplog.text
+    # The old --set spelling too; the new spelling wins where both are written.
+    by_set = build_config({}, ["sampling.strategy=temperature", "sampling.temperature=4"])
+    assert by_set.sampling.strategy.temperature == 4.0
+    both = build_config({"sampling": {"strategy": {"name": "temperature", "temperature": 5.0}, "temperature": 3.0}})
+    assert both.sampling.strategy.temperature == 5.0
+    # A config saved before (result.json, a bundle's config.yaml) carries them at their defaults: no line.
+    caplog.clear()
+    monkeypatch.setattr(mtbert.config, "_said", set())
+    saved = build_config({"sampling": {"strategy": "annealed", "steps_per_epoch": None, "temperature": 2.0,
+                                       "size_cap": None}})
+    assert saved.sampling.strategy.name == "annealed" and "deprecated" not in caplog.text
+
+
 def test_a_config_from_before_components_loads():
     """result.json / bundle config.yaml as older versions wrote them: every method's block."""
     raw = to_dict(build_config({}, TUPLE))
@@ -109,11 +162,9 @@ def test_sharing_checks_are_the_models_too():
 
 @pytest.fixture
 def scaled_plugin(tmp_path, monkeypatch):
-    (tmp_path / "scaled_weighting.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
-    yield "scaled_weighting"
-    WEIGHTINGS.pop("scaled", None)
-    sys.modules.pop("scaled_weighting", None)
+    with installed(tmp_path, "scaled_weighting", WEIGHTING_PLUGIN, WEIGHTINGS, "scaled") as module:
+        yield module
 
 
 def test_a_plugin_method_brings_its_settings(scaled_plugin):
@@ -138,3 +189,27 @@ def test_config_and_the_methods_do_not_import_each_other():
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.fixture
+def only_plugin(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with installed(tmp_path, "only_sampling", SAMPLING_PLUGIN, SAMPLERS, "only") as module:
+        yield module
+
+
+def test_a_plugin_strategy_brings_its_settings_and_trains(only_plugin, tmp_path):
+    from mtbert.train.loop import train
+
+    with pytest.raises(ConfigError, match="sampling.strategy: unknown strategy 'only'"):
+        build_config({}, {"sampling.strategy": "only"})
+    raw = {"plugins": [only_plugin], "sampling": {"strategy": {"name": "only", "task": "sts"}, "steps_per_epoch": 6}}
+    cfg = build_config(raw, {"train.epochs": 1, "data.synthetic.train_size": 120, "data.synthetic.dev_size": 30,
+                             "train.save_checkpoint": False, "data.cache_dir": str(tmp_path / "cache")})
+    assert flatten(cfg)["sampling.strategy.task"] == "sts"
+    assert build_config(to_dict(cfg)) == cfg
+    with pytest.raises(ConfigError, match=r"sampling\.strategy\.task: 'nli' is not one of tasks"):
+        build_config(raw, ["sampling.strategy.task=nli"])
+    epoch = train(cfg, log=None).epochs[-1]
+    # Only the chosen task trained: the weighting reports a weight for the tasks it saw.
+    assert [t for t in cfg.tasks if f"weight_{t}" in epoch] == ["sts"]

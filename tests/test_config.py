@@ -1,10 +1,13 @@
 """Typed config: overrides, loud errors naming the key path, flattening for MLflow."""
+import dataclasses
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from mtbert.config import ConfigError, build_config, flatten, load_config
+from mtbert.config import Config, ConfigError, build_config, component_keys, flatten, load_config
 
 
 def test_defaults_and_overrides():
@@ -27,7 +30,7 @@ def test_equal_weights_by_default():
     ({"sharing": {"head_regim": "S-S-S"}}, [], "sharing.head_regim: unknown key (did you mean 'sharing.head_regime'?)"),
     ({}, ["optim.lr=fast"], "optim.lr: expected float, got 'fast'"),
     ({}, ["train.epochs=2.5"], "train.epochs: expected int, got 2.5"),
-    ({}, ["sampling.strategy=random"], "sampling.strategy: expected one of round_robin"),
+    ({}, ["sampling.strategy=random"], "sampling.strategy: unknown strategy 'random'; known: round_robin"),
     ({}, ["tasks=[sst, paraphrase]"], "tasks[1]: unknown task 'paraphrase' (did you mean 'para'?)"),
     ({}, ["sharing.head_regime=S-X-I"], "sharing.head_regime"),
     ({}, ["sharing.head_share_tasks=[para, nli]"], "sharing.head_share_tasks: 'nli'"),
@@ -64,3 +67,29 @@ def test_cli_prints_one_line_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "sharing.head_regime" in proc.stderr
+
+
+def test_configuration_doc_names_every_key_and_no_other():
+    """docs/configuration.md lists every key: each key of the schema (a component's settings
+    included) opens a table row, written whole or as `.field` after a sibling (`loss.smart.weight`,
+    `.epsilon`), a per-task mapping as `<task>`; and every key it names exists, so a renamed key
+    leaves no stale row."""
+    keys = set(flatten(Config()))
+    for slot, registry in component_keys().items():
+        for name in registry.load():
+            keys |= {f"{slot}.{f.name}" for f in dataclasses.fields(registry.settings_of(name)) if f.name != "name"}
+    named, in_table = set(), False
+    for line in (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text().splitlines():
+        in_table = line.startswith("| key |") or (in_table and line.startswith("|"))
+        if in_table and line.startswith("| `"):
+            prefix = ""
+            for i, key in enumerate(re.findall(r"`([^`]+)`", line.split("|")[1])):
+                if key.startswith("."):
+                    key = prefix + key
+                elif i == 0 or "." in key:  # not the component a setting belongs to: (`cagrad`)
+                    prefix = key.rsplit(".", 1)[0]
+                else:
+                    continue
+                named.add(key.split(".<")[0])  # data.files.<task>.train: the data.files mapping
+    assert not keys - named, f"keys not in docs/configuration.md: {sorted(keys - named)}"
+    assert not named - keys, f"docs/configuration.md names keys that are not: {sorted(named - keys)}"

@@ -25,7 +25,7 @@ import yaml
 from mtbert import figures
 from mtbert.bundle import frozen_reference, load_stored, stored_state
 from mtbert.config import Config, to_dict
-from mtbert.data.samplers import TaskBatches, task_schedule
+from mtbert.data.samplers import TaskBatches, strategy_of, task_schedule
 from mtbert.data.tokenize import Prepared, collate, prepare
 from mtbert.data.types import Batch
 from mtbert.errors import TrainingError
@@ -135,7 +135,7 @@ def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
         return cfg.sampling.steps_per_epoch
     bs = cfg.train.batch_size
     # tuple: one pass over the largest task; one-task-per-step samplers: one pass over all data.
-    n = max(sizes.values()) if cfg.sampling.strategy == "tuple" else sum(sizes.values())
+    n = max(sizes.values()) if strategy_of(cfg.sampling.strategy).every_task else sum(sizes.values())
     return max(1, math.ceil(n / bs))
 
 
@@ -284,9 +284,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     for epoch in range(start_epoch, cfg.train.epochs + 1):
         if cfg.train.patience is not None and since_best >= cfg.train.patience:
             break  # a resumed run that had already run out of patience
-        schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps,
-                                 cfg.train.seed, temperature=cfg.sampling.temperature,
-                                 size_cap=cfg.sampling.size_cap)
+        schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps, cfg.train.seed)
         iters = {t: TaskBatches(sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
                  for t in cfg.tasks}
         loss_sum = torch.zeros(len(cfg.tasks), device=device)
@@ -390,12 +388,17 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
     """train.probe: train the heads on the frozen encoder (one epoch of the sampler's own
     length, i.e. one pass over the training data; constant head rate, no warmup) and load the
     result into `model`, whose encoder is still the pretrained one. Returns the probe's final
-    metrics. Without the frozen-layer cache (PALs, or over train.frozen_cache_mb) every probe
-    step runs the whole encoder forward (no backward): about a third of what fine-tuning for
-    one pass over the training data would cost."""
+    metrics. Only the heads train: a model with PALs is probed without them (see
+    _probe_config) and its PALs start training with fine-tuning, like its encoder. Without the
+    frozen-layer cache (over train.frozen_cache_mb) every probe step runs the whole encoder
+    forward (no backward): about a third of what fine-tuning for one pass over the training
+    data would cost."""
     # One epoch, so its last model is its best: handed over in memory, nothing written to disk.
     result = train(_probe_config(cfg), prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
-    model.load_state_dict(result.model.state_dict())
+    missing, unexpected = model.load_state_dict(result.model.state_dict(), strict=False)
+    if unexpected or any(not key.startswith("pals.") for key in missing):
+        raise RuntimeError(f"probe: the probed model does not fit the model to fine-tune "
+                           f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     log(f"probe: heads trained on the frozen encoder (overall {result.metrics['overall']:.4f}); fine-tuning from them")
     return result.metrics
 
@@ -403,6 +406,12 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
 def _probe_config(cfg: Config) -> Config:
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
+    # A fresh PAL adds exactly nothing (its V^D starts at zero), so the encoder a PAL model is
+    # probed on is the plain pretrained one: probing without PALs trains the heads alone, from
+    # the frozen-layer cache. Probing with them would train the PALs too, through a backward
+    # over every encoder layer: one extra pass of adapter training that the arms without PALs
+    # never get.
+    probe.sharing.pal_size = 0
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
     probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache

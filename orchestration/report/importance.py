@@ -8,7 +8,10 @@ Method. One point per configuration: its figures averaged over its seeds. An in-
 study holds one trial per configuration, its params the configuration's values of the swept
 keys: a grid or choice is categorical (a string, boolean, list or weighting by its label), a
 range is a number (int for randint, float on a log scale for loguniform); a key that took one
-value is left out. Optuna's fANOVA evaluator gives each key's share of the figure's variance
+value is left out. A `points` dimension (tied keys: each point sets several keys together) is
+one categorical factor, named by its space key and labelled by its point's values: its keys
+move together, so a share per key would split one effect between them at random. Optuna's
+fANOVA evaluator gives each key's share of the figure's variance
 that the key explains on its own (main effects, normalised to sum to 1 over the keys).
 
 Why fANOVA, not PED-ANOVA: fANOVA fits a random forest to every configuration and decomposes
@@ -45,6 +48,7 @@ import pandas as pd
 from orchestration.errors import SweepError
 from orchestration.report.export import Cell
 from orchestration.sweep.labels import STANDS_FOR, parse_param
+from orchestration.sweep.space import POINTS_TAG
 
 RESAMPLES = 100
 RNG_SEED = 0
@@ -81,6 +85,29 @@ def importance_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], 
 
 def _space_keys(parent_tags: dict[str, str]) -> list[str]:
     return [k for k in parent_tags.get("space_keys", "").split(",") if k]
+
+
+def _tied(parent_tags: dict[str, str]) -> dict[str, list[str]]:
+    """Each points dimension's name -> its config keys (the sweep run's POINTS_TAG)."""
+    try:
+        tied = json.loads(parent_tags.get(POINTS_TAG) or "{}")
+    except ValueError:
+        return {}
+    return {str(name): [str(k) for k in keys] for name, keys in tied.items() if isinstance(keys, list)}
+
+
+def _factors(keys: list[str], parent_tags: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """(factor name, its keys) in the space's order: a swept key alone, or a points dimension
+    with all of its keys, at the place of its first key."""
+    tied = _tied(parent_tags)
+    owner = {k: name for name, group in tied.items() for k in group}
+    out: list[tuple[str, list[str]]] = []
+    for key in keys:
+        if key not in owner:
+            out.append((key, [key]))
+        elif all(name != owner[key] for name, _ in out):
+            out.append((owner[key], [k for k in tied[owner[key]] if k in keys]))
+    return out
 
 
 def eligible(role: pd.Series, stands_for: pd.Series) -> pd.Series:
@@ -176,10 +203,15 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
             raw[key].append(_weights(params) if key == "loss.weights" else parse_param(params.get(key)))
     values = pd.DataFrame(index=pd.Index(first["_variant"].values, name="variant"))
     dims: list[Dim] = []
-    for key in keys:
-        for dim, encoded in _encode(key, raw[key], (space or {}).get(key)):
+    for name, group in _factors(keys, parent_tags):
+        if group == [name]:
+            encoded = _encode(name, raw[name], (space or {}).get(name))
+        else:  # a points dimension: a configuration's point is the values of all its keys
+            labels = [" ".join(f"{k}={_label(raw[k][i])}" for k in group) for i in range(len(first))]
+            encoded = _encode(name, labels, {"type": "points"})
+        for dim, column in encoded:
             dims.append(dim)
-            values[dim.name] = encoded
+            values[dim.name] = column
     return Points(values, dims, frame, names)
 
 

@@ -993,7 +993,8 @@ def _cost_limits(x: pd.Series, half: pd.Series) -> tuple[float, float]:
     wide (from zero when that reaches it): a 2% cost gap never spans the plot's width."""
     low, high = float((x - half).min()), float((x + half).max())
     margin = 0.08 * (high - low)
-    span = max(high - low + 2 * margin, MIN_COST_SPAN * high)
+    # `or 1.0`: every cost zero (head-only trials counted by encoder FLOPs) still gets an axis
+    span = max(high - low + 2 * margin, MIN_COST_SPAN * high) or 1.0
     middle = (low + high) / 2
     start = max(middle - span / 2, 0.0)
     return start, start + span

@@ -23,6 +23,7 @@ from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.sweep.claims import CLAIMS_FILE, from_doc, to_doc
 from orchestration.sweep.plan import Planner
+from orchestration.sweep.space import POINTS_TAG, values_of
 from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep, load_sweep
 from orchestration.track.tm import __doc__ as TM_DOC
 from orchestration.track.tracking import QUEUE_FILE, STATE_LOG, STORAGE_FULL, SweepTracking, check_tracking, git_commit
@@ -250,9 +251,12 @@ def _seeds_design(sweep: Sweep) -> dict[str, Any]:
 def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
     from mtbert.tasks import get_task
 
+    points = {d.key: d.config_keys() for d in sweep.dims if d.type_name == "points"}
     return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
             "scheduler": sweep.spec.scheduler.type, "ray_experiment": str(run_dir),
-            "space_keys": ",".join(d.key for d in sweep.dims), "smoke": str(sweep.smoke).lower(),
+            # Config keys (a points dimension's: the keys of its points), as the trials log them.
+            "space_keys": ",".join(k for d in sweep.dims for k in d.config_keys()),
+            "smoke": str(sweep.smoke).lower(),
             # The leaderboard labels by these too: a baseline that differs outside the space
             # (round robin vs the space's annealed sampling) must not read like a space point.
             "baseline_keys": ",".join(sweep.baseline),
@@ -263,7 +267,9 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
             "seeds": (f"adaptive {sweep.adaptive.start}..{sweep.adaptive.max}" if sweep.adaptive is not None
                       else ",".join(map(str, sweep.seeds))),
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
-            "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"])}
+            "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"]),
+            # A points dimension's name -> its keys: the importance reads them as one factor.
+            **({POINTS_TAG: json.dumps(points)} if points else {})}
 
 
 # --------------------------------------------------------------------------- run / resume
@@ -730,8 +736,9 @@ def _runs_view(sweep) -> dict:
             pass
     from orchestration.track.mlflow_extras import swept_params
 
-    # check_values: every value a dimension may take, or its ends (a simplex: its corners).
-    swept = [name for d in sweep.dims for name in swept_params(d.key, d.check_values())]
+    # values_of: every value a dimension may give a key, or its ends (a simplex: its corners).
+    keys = [k for d in sweep.dims for k in d.config_keys()]
+    swept = list(dict.fromkeys(name for k in keys for name in swept_params(k, values_of(sweep.dims, k))))
     return {"objective": metric, "task_metrics": tasks, "swept": swept, "ascending": mode == "min"}
 
 

@@ -61,7 +61,12 @@ class Planner:
         return [self.trial(REFERENCE, REFERENCE, self.sweep.reference, s) for s in self.sweep.seeds]
 
     def decode(self, raw: dict[str, Any]) -> dict[str, Any]:
-        return {dim.key: dim.decode(raw) for dim in self.sweep.dims}
+        """Raw parameters -> config overrides (dotted keys): a points dimension gives all of
+        its point's keys, so a trial's values, params and labels name config keys only."""
+        values: dict[str, Any] = {}
+        for dim in self.sweep.dims:
+            values.update(dim.overrides(raw))
+        return values
 
     def from_raw(self, raw: dict[str, Any], variant: str, seed: int) -> dict[str, Any]:
         return self.trial(variant, "search", self.decode(raw), seed)

@@ -11,6 +11,13 @@ list or a weight mapping.
       optim.lr: {type: loguniform, low: 1.0e-5, high: 1.0e-3}
       freeze.layers: {type: randint, low: 0, high: 2}             # high is inclusive
       loss.weights: {type: simplex, step: 0.25}                   # weights >= 0 summing to 1
+      arm:                        # a name of your choosing: each point sets its keys together
+        type: points
+        values: [{loss.weighting: pcgrad}, {loss.weighting: static, train.epochs: 15}]
+
+Most dimensions set one config key, their own `key`. A `points` dimension sets several at once
+(`config_keys`), so code that turns a dimension into config values goes through `overrides` and
+`check_overrides` (dotted key -> value), never `key` alone.
 """
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ from orchestration.errors import SweepError
 
 SIMPLEX_SUM_TOLERANCE = 5e-3  # explicit weightings may be written rounded: 0.333 for 1/3
 SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay readable
+# The sweep run's tag naming each points dimension's keys (JSON: name -> keys), so that a report
+# reading the store alone can tell a tied set of keys from keys swept on their own.
+POINTS_TAG = "space_points"
 
 
 @dataclass
@@ -48,6 +58,23 @@ class Dimension:
 
     def describe(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def config_keys(self) -> list[str]:
+        """The dotted config keys this dimension sets."""
+        return [self.key]
+
+    def overrides(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Raw parameters -> the config overrides of this dimension (dotted key -> value)."""
+        return {self.key: self.decode(raw)}
+
+    def check_overrides(self) -> list[dict[str, Any]]:
+        """check_values as config overrides: each one validated on its own before any compute."""
+        return [{self.key: value} for value in self.check_values()]
+
+
+def values_of(dims: list[Dimension], key: str) -> list[Any]:
+    """Every value the dimensions may give `key` (ranges: their ends), whichever dimension sets it."""
+    return [o[key] for dim in dims for o in dim.check_overrides() if key in o]
 
 
 @dataclass
@@ -168,6 +195,40 @@ class Simplex(Dimension):
         return out
 
 
+@dataclass
+class Points(Dimension):
+    """`points`: tied values. Each point is a set of config overrides applied together (one
+    configuration of several keys, e.g. a weighting method with the epochs that give it the
+    same compute); a key a point leaves out keeps the base config's value. `key` names the
+    dimension only: it is not a config key. Categorical over the point indices, so it is
+    expanded like `grid` under grid search, drawn under random search and by Optuna."""
+    points: list[dict[str, Any]] = field(default_factory=list)  # dotted key -> value, each
+
+    type_name = "points"
+
+    def check_values(self) -> list[Any]:
+        return [dict(p) for p in self.points]
+
+    def check_overrides(self) -> list[dict[str, Any]]:
+        return self.check_values()
+
+    def config_keys(self) -> list[str]:
+        return list(dict.fromkeys(k for p in self.points for k in p))
+
+    def domains(self, expand_grid: bool) -> dict[str, Any]:
+        index = list(range(len(self.points)))
+        return {self.key: tune.grid_search(index) if expand_grid else tune.choice(index)}
+
+    def decode(self, raw: dict[str, Any]) -> Any:
+        return dict(self.points[int(raw[self.key])])
+
+    def overrides(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return self.decode(raw)
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.type_name, "keys": self.config_keys(), "values": self.points}
+
+
 def round_simplex(weights: dict[str, float]) -> dict[str, float]:
     """Round to SIMPLEX_DECIMALS and put the rounding error on the largest weight, so the
     weights still sum to exactly 1 at that precision."""
@@ -196,6 +257,7 @@ _FIELDS = {
     "loguniform": {"type", "low", "high"},
     "randint": {"type", "low", "high"},
     "simplex": {"type", "tasks", "values", "step"},
+    "points": {"type", "values"},
 }
 
 
@@ -254,7 +316,35 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
         if not low <= high:
             raise SweepError(f"{where}: low must be <= high (both inclusive), got low={low}, high={high}")
         return RandInt(key, where, low=low, high=high)
+    if kind == "points":
+        return _parse_points(key, raw, where)
     return _parse_simplex(key, raw, where, default_tasks)
+
+
+def _parse_points(key: str, raw: dict, where: str) -> Points:
+    from orchestration.sweep.spec import _dotted  # spec imports this module: import when used
+
+    values = raw.get("values")
+    if not isinstance(values, list) or not values:
+        raise SweepError(f"{where}.values: expected a non-empty list of points, each a mapping of "
+                         f"config keys to values (e.g. {{loss.weighting: static, train.epochs: 15}}), got {values!r}")
+    points: list[dict[str, Any]] = []
+    for i, value in enumerate(values):
+        at = f"{where}.values[{i}]"
+        if not isinstance(value, dict):
+            raise SweepError(f"{at}: expected a mapping of config keys to values, got {value!r}")
+        point = _dotted(value)
+        for name in point:
+            if name == "train.seed":
+                raise SweepError(f"{at}.{name}: use the top-level `seeds:` list for seeds")
+        # A method before its settings (loss.weighting before loss.weighting.c), whatever the
+        # order written: each override is set in turn and a method set later would replace them.
+        point = dict(sorted(point.items(), key=lambda kv: kv[0].count(".")))
+        if point in points:
+            raise SweepError(f"{at}: the same overrides as values[{points.index(point)}]; "
+                             "each point is one configuration")
+        points.append(point)
+    return Points(key, where, points=points)
 
 
 def _parse_simplex(key: str, raw: dict, where: str, default_tasks: list[str]) -> Simplex:

@@ -9,7 +9,8 @@ Top-level keys (see sweeps/*.yaml for commented examples):
 
     base / base_config   the config every trial starts from (inline mapping and/or a file)
     space                dotted config key -> dimension (grid, choice, uniform, loguniform,
-                         randint, simplex); see orchestration/sweep/space.py
+                         randint, simplex), or a name -> points (tied values: each point a set
+                         of config overrides); see orchestration/sweep/space.py
     search               algorithm grid|random|optuna, seed, metric, mode, objectives
     scheduler            type fifo|asha, grace_period, reduction_factor, max_t
     num_samples          grid: repeats of the grid; random/optuna: sampled configurations
@@ -60,7 +61,7 @@ from mtbert.config import (ConfigError, coerce, build_config, parse_override, re
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
-from orchestration.sweep.space import Dimension, parse_dimension
+from orchestration.sweep.space import Dimension, Points, parse_dimension, values_of
 
 
 # --------------------------------------------------------------------------- schema
@@ -234,9 +235,7 @@ class Sweep:
 
     def epoch_budget(self) -> int:
         budgets = [int(self.base["train"]["epochs"])]
-        for dim in self.dims:
-            if dim.key == "train.epochs":
-                budgets += [int(v) for v in dim.check_values()]
+        budgets += [int(v) for v in values_of(self.dims, "train.epochs")]
         if "train.epochs" in self.baseline:
             budgets.append(int(self.baseline["train.epochs"]))
         return max(budgets)
@@ -363,9 +362,9 @@ def _full_epoch_budget(raw: dict, path: Path, where: str, overrides: list[str] |
         _, config_set = split_overrides(overrides, "--set")
         base = _load_base(spec, path, where, config_set, {})
         budgets = [int(((base.get("train") or {}).get("epochs")) or 3)]
-        for key, raw_dim in spec.space.items():
-            if str(key) == "train.epochs":
-                budgets += [int(v) for v in parse_dimension(str(key), raw_dim, where, []).check_values()]
+        dims = [parse_dimension(str(key), raw_dim, where, []) for key, raw_dim in spec.space.items()
+                if str(key) == "train.epochs" or (isinstance(raw_dim, dict) and raw_dim.get("type") == "points")]
+        budgets += [int(v) for v in values_of(dims, "train.epochs")]
         return max(budgets)
     except (ConfigError, SweepError, TypeError, ValueError):
         return None
@@ -441,6 +440,12 @@ def _load_dims(spec: SweepFile, base: dict, where: str, pinned: dict) -> tuple[l
         if key in ("train.seed",):
             raise SweepError(f"{where}: space.{key}: use the top-level `seeds:` list for seeds")
         dim = parse_dimension(key, raw_dim, f"{where}: space.{key}", tasks)
+        _check_overlap(dim, dims)
+        if isinstance(dim, Points):
+            dim = _pin_points(dim, base, pinned, notes)
+            if dim is not None:
+                dims.append(dim)
+            continue
         if _pinned_by(key, pinned):
             _check_dropped(dim, base)
             notes.append(f"--smoke pins {key} (space dimension dropped)")
@@ -449,27 +454,83 @@ def _load_dims(spec: SweepFile, base: dict, where: str, pinned: dict) -> tuple[l
     return dims, notes
 
 
+def _check_overlap(dim: Dimension, dims: list[Dimension]) -> None:
+    """Two dimensions that set one key (or a key and its settings) would cross values that
+    cannot both hold; a points dimension names the tied keys in its points instead."""
+    for other in dims:
+        if not (isinstance(dim, Points) or isinstance(other, Points)):
+            continue  # a plain dimension's key is the YAML mapping's own: it cannot repeat
+        for key in dim.config_keys():
+            if _pinned_by(key, dict.fromkeys(other.config_keys())):
+                at = dim.where
+                if isinstance(dim, Points):
+                    at += f".values[{next(i for i, p in enumerate(dim.points) if key in p)}].{key}"
+                raise SweepError(f"{at}: also set by {other.where.split(': ', 1)[-1]}; set each key in "
+                                 "one dimension (a points dimension ties keys together)")
+
+
+def _pin_points(dim: Points, base: dict, pinned: dict, notes: list[str]) -> Points | None:
+    """--smoke on a points dimension: the keys it pins leave every point (checked first, as
+    _check_dropped does), the rest stays tied; points that become one are kept once, and a
+    dimension left with no key is dropped."""
+    keys = [k for k in dim.config_keys() if _pinned_by(k, pinned)]
+    if not keys:
+        return dim
+    _check_dropped(dim, base)
+    points: list[dict[str, Any]] = []
+    for point in dim.points:
+        kept = {k: v for k, v in point.items() if k not in keys}
+        if kept not in points:
+            points.append(kept)
+    if not any(points):
+        notes.append(f"--smoke pins {', '.join(keys)} (space dimension {dim.key} dropped)")
+        return None
+    notes.append(f"--smoke pins {', '.join(keys)} (dropped from the points of {dim.key}"
+                 + (f"; {len(points)} of {len(dim.points)} points left)" if len(points) < len(dim.points) else ")"))
+    return replace(dim, points=points)
+
+
 def _check_dropped(dim: Dimension, base: dict) -> None:
     """A dimension --smoke drops is still checked value by value (config rules only: its
     values may name a real encoder the smoke run never loads), so that a CI smoke pass does
     not wave through a sweep file that fails for real."""
-    for value in dim.check_values():
+    for i, overrides in enumerate(dim.check_overrides()):
         raw = copy.deepcopy(base)
-        set_dotted(raw, dim.key, copy.deepcopy(value))
+        for key, value in overrides.items():
+            set_dotted(raw, key, copy.deepcopy(value))
         try:
             build_config(raw, source="@")
         except ConfigError as exc:
-            if "unknown key" in str(exc):
-                raise _config_error(exc, dim.where, dim.key) from None
-            raise _config_error(exc, f"{dim.where}: value {value!r}", dim.key) from None
+            raise _dim_error(exc, dim, i, overrides) from None
+
+
+def _dim_error(exc: ConfigError, dim: Dimension, i: int, overrides: dict[str, Any]) -> SweepError:
+    """One line naming the dimension, and for a points dimension the point and the key:
+    `space.arm.values[2].train.epochs: value 'x': expected int`."""
+    if not isinstance(dim, Points):
+        value = overrides[dim.key]
+        if "unknown key" in str(exc):  # the key is wrong, whatever the value
+            return _config_error(exc, dim.where, dim.key)
+        return _config_error(exc, f"{dim.where}: value {value!r}", dim.key)
+    msg = str(exc).removeprefix("@: ")
+    at = f"{dim.where}.values[{i}]"
+    # The point's key the message names (a setting below a key counts as the key's).
+    named = [k for k in overrides if msg.startswith((f"{k}: ", f"{k}."))]
+    if not named:
+        return SweepError(f"{at}: {msg}")
+    key = max(named, key=len)
+    if msg.startswith(f"{key}: "):  # about the key itself, not one of its settings
+        msg = msg[len(key) + 2:]
+        if "unknown key" in msg:  # the key is wrong, whatever the value
+            return SweepError(f"{at}.{key}: {msg}")
+    return SweepError(f"{at}.{key}: value {overrides[key]!r}: {msg}")
 
 
 def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
     """--smoke swaps in a tiny encoder; give it enough layers for the swept depths."""
     depths = [2]
-    for dim in dims:
-        if dim.key in DEPTH_KEYS:
-            depths += [v for v in dim.check_values() if isinstance(v, int) and not isinstance(v, bool)]
+    for key in DEPTH_KEYS:
+        depths += [v for v in values_of(dims, key) if isinstance(v, int) and not isinstance(v, bool)]
     for key, value in _dotted(baseline).items():
         if key in DEPTH_KEYS and isinstance(value, int):
             depths.append(value)
@@ -481,13 +542,11 @@ def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
 
 def _check_dims(sweep: Sweep, where: str) -> None:
     for dim in sweep.dims:
-        for value in dim.check_values():
+        for i, overrides in enumerate(dim.check_overrides()):
             try:
-                sweep.config_for({dim.key: value}, sweep.seeds[0])
+                sweep.config_for(overrides, sweep.seeds[0])
             except ConfigError as exc:
-                if "unknown key" in str(exc):  # the key is wrong, whatever the value
-                    raise _config_error(exc, dim.where, dim.key) from None
-                raise _config_error(exc, f"{dim.where}: value {value!r}", dim.key) from None
+                raise _dim_error(exc, dim, i, overrides) from None
 
 
 def _check_baseline(sweep: Sweep, where: str) -> None:

@@ -68,7 +68,7 @@ def test_tuple_trains_every_task_every_step():
 
 
 def test_bad_arguments_name_the_key():
-    with pytest.raises(ValueError, match="sampling.strategy: unknown 'random'"):
+    with pytest.raises(ValueError, match="sampling.strategy: unknown strategy 'random'"):
         task_probabilities("random", SIZES, 1, EPOCHS)
     with pytest.raises(ValueError, match="epoch must be in 1..5"):
         task_probabilities("annealed", SIZES, 0, EPOCHS)
@@ -96,7 +96,7 @@ def test_temperature_sampling_frequencies_match_n_to_the_one_over_t(temperature,
     capped = {t: min(n, cap) if cap else n for t, n in SIZES.items()}
     norm = sum(n ** (1 / temperature) for n in capped.values())
     expected = {t: n ** (1 / temperature) / norm for t, n in capped.items()}
-    assert task_probabilities("temperature", SIZES, 1, EPOCHS, temperature, cap) == pytest.approx(expected)
+    assert task_probabilities("temperature", SIZES, 1, EPOCHS, temperature=temperature, size_cap=cap) == pytest.approx(expected)
     steps = 20_000
     counts = Counter(s[0] for s in task_schedule("temperature", SIZES, 1, EPOCHS, steps, seed=3,
                                                  temperature=temperature, size_cap=cap))

@@ -3,8 +3,6 @@ like any config key: checked at load, logged to MLflow as `loss.weighting.<setti
 named in the leaderboard row it made."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -12,7 +10,7 @@ from mtbert.components import WEIGHTINGS
 from orchestration.errors import SweepError
 from orchestration.sweep.spec import load_sweep
 
-from ..weighting_plugin import PLUGIN
+from ..plugins import WEIGHTING_PLUGIN, installed
 from .conftest import run_cli, write_sweep
 
 BASE = {"plugins": ["myweighting"], "loss": {"weighting": "scaled"}}
@@ -20,11 +18,9 @@ BASE = {"plugins": ["myweighting"], "loss": {"weighting": "scaled"}}
 
 @pytest.fixture
 def plugin_dir(tmp_path, monkeypatch):
-    (tmp_path / "myweighting.py").write_text(PLUGIN)
     monkeypatch.chdir(tmp_path)
-    yield tmp_path
-    WEIGHTINGS.pop("scaled", None)
-    sys.modules.pop("myweighting", None)
+    with installed(tmp_path, "myweighting", WEIGHTING_PLUGIN, WEIGHTINGS, "scaled"):
+        yield tmp_path
 
 
 def test_a_plugin_setting_is_a_sweep_dimension(plugin_dir):

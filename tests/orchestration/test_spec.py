@@ -59,7 +59,7 @@ BAD = [
     ({"space": {"sharing.encoder_shared_layers": [0, 9]}},
      "space.sharing.encoder_shared_layers: value 9: 9 > 2 layers of 'tiny'"),
     ({"space": {"optim.lr": {"type": "uniformm", "low": 0.1, "high": 0.2}}},
-     "space.optim.lr.type: expected one of grid, choice, uniform, loguniform, randint, simplex; got 'uniformm' (did you mean 'uniform'?)"),
+     "space.optim.lr.type: expected one of grid, choice, uniform, loguniform, randint, simplex, points; got 'uniformm' (did you mean 'uniform'?)"),
     ({"space": {"optim.lr": {"type": "loguniform", "low": 0, "high": 0.1}}}, "space.optim.lr.low: must be > 0"),
     ({"space": {"optim.lr": {"type": "uniform", "low": 0.1, "hi": 0.2}}},
      "space.optim.lr.hi: unknown key for type uniform (did you mean 'high'?)"),

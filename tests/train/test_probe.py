@@ -72,3 +72,24 @@ def test_a_resumed_probed_run_equals_the_straight_one_and_does_not_probe_again(c
     assert figures(resumed) == figures(straight)
     assert resumed.metrics["probe_overall"] == straight.metrics["probe_overall"]
     assert torch.load(ckpt / "state.pt", weights_only=False)["history"][0]["probe_overall"]
+
+
+def test_a_pal_model_is_probed_on_its_heads_alone(cfg):
+    """A fresh PAL adds nothing, so a PAL model's probe is the plain model's probe: the same
+    heads and score, its PALs untouched (V^D still zero), and no backward through the encoder
+    (the probe reads the frozen-layer cache). PALs train with fine-tuning, as in the arms
+    without them."""
+    pal = build_config({}, {**SMALL, "train.probe": True, "sharing.pal_size": 16,
+                            "data.cache_dir": cfg.data.cache_dir})
+    prepared = prepare(pal, log=None)
+    pad = prepared.tokenizer.pad_token_id
+    with_pals = MultitaskModel(pal, vocab_size=len(prepared.tokenizer), pad_token_id=pad)
+    plain = MultitaskModel(cfg, vocab_size=len(prepared.tokenizer), pad_token_id=pad)
+    lines: list[str] = []
+    scores = ("sst_acc", "para_acc", "sts_corr", "overall")
+    probed, plain_probed = _probe(with_pals, pal, prepared, lines.append), _probe(plain, cfg, prepared, lambda _m: None)
+    assert {k: probed[k] for k in scores} == {k: plain_probed[k] for k in scores}
+    assert [line for line in lines if "frozen layers" in line], lines  # the cache, not a backward
+    assert all(float(p.decoder.weight.abs().max()) == 0.0 for p in with_pals.pals.values())
+    heads = {k: v for k, v in plain.state_dict().items() if k.startswith("heads")}
+    assert heads and all(torch.equal(with_pals.state_dict()[k], v) for k, v in heads.items())

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from mtbert.components import Settings
+from mtbert.components import SAMPLERS, Settings
 from mtbert.errors import ConfigError
 
 if TYPE_CHECKING:  # the config reaches the methods through mtbert.components, never the reverse
@@ -44,10 +44,11 @@ class Weighting:
     @classmethod
     def check_config(cls, settings: Settings, key: str, cfg: Config) -> None:
         """What the method needs of the rest of the config (after its settings' own check)."""
-        if cls.needs_every_task and cfg.sampling.strategy != "tuple":
+        strategy = cfg.sampling.strategy.name
+        if cls.needs_every_task and not SAMPLERS.lookup(strategy, "sampling.strategy").every_task:
             what = "" if key == "loss.pcgrad" else f" {cls.name}"
             raise ConfigError(f"{key}:{what} needs a loss for several tasks in one step; "
-                              f"set sampling.strategy: tuple (got '{cfg.sampling.strategy}')")
+                              f"set sampling.strategy: tuple (got '{strategy}')")
         if cfg.loss.weights is not None and not cls.uses_fixed_weights:
             raise ConfigError(f"loss.weights: fixed weights are read by loss.weighting static or pcgrad; "
                               f"{cls.name} sets its own, so leave loss.weights null")
