@@ -225,12 +225,12 @@ class SweepRecord:
             r["epochs"][n] = e["m"]
             if n <= r["sent"]["cursor"]:  # an epoch run again: the run gets it again
                 r["sent"]["cursor"] = n - 1
-        for field, value in e.get("set", {}).items():
-            if isinstance(r.get(field), dict) and isinstance(value, dict):
-                r[field].update(value)
-            else:
-                r[field] = value
-        r["sent"].update(e.get("sent", {}))
+        for target, fields in ((r, e.get("set", {})), (r["sent"], e.get("sent", {}))):
+            for field, value in fields.items():  # a mapping (tags, metrics, texts) takes what it is given
+                if isinstance(target.get(field), dict) and isinstance(value, dict):
+                    target[field].update(value)
+                else:
+                    target[field] = value
 
     def change(self, e: dict) -> None:
         with self.lock:
@@ -663,9 +663,13 @@ class SweepTracking:
                  for n, m in sorted(epochs.items()) for k, v in m.items()]
         new_metrics = {k: v for k, v in metrics.items() if not _same(sent["metrics"].get(k), v)}
         new_tags = {k: v for k, v in tags.items() if sent["tags"].get(k) != v}
-        _log_batch(client, run_id, batch + [[k, v, now, 0] for k, v in new_metrics.items()],
-                   sorted(new_tags.items()), [])
-        files = _digest(result, log) if status != "RUNNING" else sent.get("files")
+        # Epochs and the end in calls of their own, however the changes fell between syncs:
+        # a trial's call count depends on its record only (mlflow_calls.json).
+        ending = status != "RUNNING"
+        _log_batch(client, run_id, batch, [] if ending else sorted(new_tags.items()), [])
+        if ending:
+            _log_batch(client, run_id, [[k, v, now, 0] for k, v in new_metrics.items()], sorted(new_tags.items()), [])
+        files = _digest(result, log) if ending else sent.get("files")
         if files != sent.get("files"):
             if result:
                 client.log_text(run_id, result, "result.json")
@@ -676,9 +680,12 @@ class SweepTracking:
                 client.update_run(run_id, status="RUNNING")
             else:
                 client.set_terminated(run_id, status=status)
-        record.change({"k": key, "sent": {"cursor": max(epochs, default=sent["cursor"]), "files": files,
-                                          "tags": {**sent["tags"], **new_tags}, "status": status,
-                                          "metrics": {**sent["metrics"], **new_metrics}}})
+        with record.lock:  # an epoch run again during this sync is sent by the next one
+            lowered = t["sent"]["cursor"] if t["sent"]["cursor"] < sent["cursor"] else math.inf
+            cursor = min(max(epochs, default=sent["cursor"]), lowered,
+                         *(n - 1 for n, m in epochs.items() if t["epochs"].get(n) is not m))
+            record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
+                                              "tags": new_tags, "metrics": new_metrics}})
         if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores
             seed = str(config.get("seed"))
             record.syncer.mark(*[k for k, o in record.trials.items() if k != key and o["status"] == "FINISHED"
@@ -709,8 +716,7 @@ class SweepTracking:
         _log_batch(client, run_id, [[k, v, now, 0] for k, v in metrics.items()], sorted(tags.items()), [])
         for name, text in texts.items():
             client.log_text(run_id, text, name)
-        done = {"tags": {**sent["tags"], **tags}, "metrics": {**sent["metrics"], **metrics},
-                "texts": {**sent["texts"], **{n: _digest(t) for n, t in texts.items()}}}
+        done = {"tags": tags, "metrics": metrics, "texts": {n: _digest(t) for n, t in texts.items()}}
         if describe is not None and not sent.get("described"):
             mlflow_extras.describe_run(client, run_id, describe)  # [mlflow_extras] dataset inputs, data report
             done["described"] = True
