@@ -72,7 +72,7 @@ def error_line(trial) -> str:
 
 
 class TrackingCallback(Callback):
-    """Every Tune event of a trial lands on its MLflow child run (see tracking.py).
+    """Every Tune event of a trial changes its record, which its MLflow child run is synced to (tracking.py).
 
     Interrupts never lie: on Ctrl-C (or SIGTERM, or a tracking outage past its limit) Tune
     saves its state, then stops every running trial through `stop_trial`, which calls
@@ -86,15 +86,15 @@ class TrackingCallback(Callback):
     def setup(self, **info) -> None:
         # Runs after Tune installed its own SIGINT handler: wrap it so the stop is known here
         # first, and make SIGTERM (a scheduler's or a `kill`'s) take the same graceful path.
-        live = self.tracking.live
+        record = self.tracking.record
         try:
             tune_handler = signal.getsignal(signal.SIGINT)
 
             def on_signal(sig, frame):
                 if sig:  # 0: the outage stop below
-                    if live.stop_reason is not None:
+                    if record.stop_reason is not None:
                         raise KeyboardInterrupt  # a second signal: stop now
-                    live.stop_reason = signal.Signals(sig).name
+                    record.stop_reason = signal.Signals(sig).name
                 if callable(tune_handler):
                     tune_handler(signal.SIGINT, frame)
 
@@ -108,11 +108,11 @@ class TrackingCallback(Callback):
         return {"tracking": self.tracking}
 
     def _stopping(self) -> str | None:
-        return self.tracking.live.stop_reason
+        return self.tracking.record.stop_reason
 
     def _stop(self, reason: str) -> None:
         """Stop the sweep as a Ctrl-C does (Tune saves it; `sweep resume` continues it)."""
-        self.tracking.live.stop_reason = reason
+        self.tracking.record.stop_reason = reason
         import logging
 
         # The sweep's own line says what happened and how to resume; Tune's would not.
@@ -124,16 +124,16 @@ class TrackingCallback(Callback):
         """A full sweep folder stops the sweep: every trial would fail its next report there,
         and retrying them only burns their retries."""
         tracking = self.tracking
-        if tracking.live.stop_reason is None and tracking.state_dir:
+        if tracking.record.stop_reason is None and tracking.state_dir:
             short = storage_shortfall(tracking.state_dir)
             if short is not None:
-                tracking.live.full = short
+                tracking.record.full = short
                 release_reserve(tracking.state_dir)
                 self._stop(STORAGE_FULL)
-        return tracking.live.stop_reason == STORAGE_FULL
+        return tracking.record.stop_reason == STORAGE_FULL
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
-        if self.tracking.live.stop_reason is None:
+        if self.tracking.record.stop_reason is None:
             if self.tracking.given_up():
                 self._stop("tracking outage")
             elif self.tracking.journal_failed():
@@ -155,7 +155,7 @@ class TrackingCallback(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
         key = trial.config["key"]
-        if key not in self.tracking.live.started and not trial.last_result:
+        if key not in self.tracking.record.started and not trial.last_result:
             return  # stopped before it ever started (a pending trial at Ctrl-C)
         self.tracking.start_trial(trial.config, trial.trial_id)
         done = bool(trial.last_result.get("done"))
@@ -231,7 +231,7 @@ class ProgressPrinter(Callback):
 
     def interrupted(self) -> bool:
         tracking = getattr(self, "tracking", None)
-        return tracking is not None and tracking.live.stop_reason is not None
+        return tracking is not None and tracking.record.stop_reason is not None
 
     def setup(self, **info) -> None:
         self._t0 = time.monotonic()
@@ -312,7 +312,7 @@ class ProgressPrinter(Callback):
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         if self.interrupted():  # the stop (a full disk, a signal) failed it: resume runs it again
             self._interrupted.add(trial.config["key"])
-            self._print(f"stopped {trial.config['key']:<14} {self.tracking.live.stop_reason}; resume continues it")
+            self._print(f"stopped {trial.config['key']:<14} {self.tracking.record.stop_reason}; resume continues it")
             return
         self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)}")
 

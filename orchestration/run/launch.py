@@ -26,7 +26,7 @@ from orchestration.sweep.plan import Planner
 from orchestration.sweep.space import POINTS_TAG, values_of
 from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep, load_sweep
 from orchestration.track.tm import __doc__ as TM_DOC
-from orchestration.track.tracking import QUEUE_FILE, STATE_LOG, STORAGE_FULL, SweepTracking, check_tracking, git_commit
+from orchestration.track.tracking import RECORD_FILE, STORAGE_FULL, SweepTracking, check_tracking, git_commit
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
@@ -37,7 +37,7 @@ IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its 
 # resume must still find them there (_flat_names).
 ROOM_MODULES = {"sweep": ("spec", "space", "plan", "claims", "labels"),
                 "run": ("launch", "trainable", "callbacks", "jobs", "remote", "searcher", "scheduler"),
-                "track": ("tracking", "outbox", "mlflow_extras", "models", "tm"),
+                "track": ("tracking", "mlflow_extras", "models", "tm"),
                 "report": ("leaderboard", "export", "findings", "verdicts", "importance", "best")}
 
 
@@ -56,9 +56,9 @@ class SweepOutcome:
     wall_s: float = 0.0
     trial_time_s: float = 0.0  # summed wall time of the trial functions (Tune's time_total_s)
     train_time_s: float = 0.0  # summed training-step time (train()'s train_time_s)
-    logging_s: float = 0.0  # driver time in MLflow calls: the writer thread's and the reads'
-    reads_s: float = 0.0  # of which reads (start, resume, the whole-sweep passes at the end)
-    writer_cpu_s: float = 0.0  # the writer thread's own CPU in its calls (outbox.busy_cpu_s)
+    logging_s: float = 0.0  # driver time in MLflow calls: the sync thread's and the reads'
+    reads_s: float = 0.0  # of which reads (searches: a resumed trial's run, the sweep's end)
+    writer_cpu_s: float = 0.0  # the sync thread's own CPU in its calls (tracking._Syncer.busy_cpu_s)
     mlflow_calls: int = 0  # MLflow client calls of this driver (per trial in CALLS_FILE)
     best: dict[str, Any] = field(default_factory=dict)
     experiment_id: str = ""
@@ -310,13 +310,12 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     experiment = sweep.experiment
     commit = git_commit()
     run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (QUEUE_FILE, STATE_LOG):  # left by a run of this name that died before Tune saved
-        (run_dir / stale).unlink(missing_ok=True)
+    (run_dir / RECORD_FILE).unlink(missing_ok=True)  # left by a run of this name that died before Tune saved
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep))
-    tracking.describe_parent(sweep.base)  # [mlflow_extras] dataset inputs + data report (queued)
+    tracking.describe_parent(sweep.base)  # [mlflow_extras] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
     tracking.log_parent_artifacts({
@@ -390,9 +389,9 @@ def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
 
 def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | None = None,
                  log: Callable[[str], None] = print, storage: str | Path | None = None) -> SweepOutcome:
-    """Continue a sweep whose driver died: the MLflow writes it never sent go first (in
-    order), Tune restores its trials (unfinished ones from their last checkpoints) and every
-    trial finds its own MLflow run again by trial_key."""
+    """Continue a sweep whose driver died: its record is replayed and every run that lags
+    it synced first, Tune restores its trials (unfinished ones from their last checkpoints)
+    and every trial continues its own MLflow run."""
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
     run_dir = _find_run_dir(path_or_name, storage)
@@ -403,10 +402,10 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
                              state["sweep"], state.get("git_commit"), state_dir=run_dir,
                              outage_s=float(state.get("outage_s", 180.0)), run_name=run_dir.name)
-    replayed = tracking.live.outbox.pending
+    lagging = tracking.resync()
     tracking.reopen_parent()
-    if replayed:
-        log(f"sending {replayed} MLflow write(s) queued while the tracking store was away")
+    if lagging:
+        log(f"syncing {lagging} MLflow run(s) behind the sweep's record (the store was away, or the driver died)")
     if not tracking.flush():
         raise TrackingUnavailable(_outage_line(tracking, run_dir))
     _quiet_tune()
@@ -453,7 +452,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         with _without_ray_resume_hint(tracking):
             results = tuner.fit()
         ended = results.num_terminated + results.num_errors
-        reason = tracking.live.stop_reason
+        reason = tracking.record.stop_reason
         # Tune returns normally after a Ctrl-C too, with trials left unfinished.
         complete = ended >= (len(results) if adaptive else total)
         status = "FINISHED" if complete and reason is None else "KILLED"
@@ -479,15 +478,15 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
             pass
         release_reserve(run_dir)
         _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged)
-    if tracking.live.full is not None:
-        free, need = tracking.live.full
+    if tracking.record.full is not None:
+        free, need = tracking.record.full
         tracking.release()
         raise SweepError(f"storage {run_dir} is full: {free / 2**20:.1f} MB free, a trial's report needs about "
                          f"{need / 2**20:.1f} MB; the sweep stopped and Ray Tune kept it: free space there, then "
                          f"`{_resume_command(run_dir)}`")
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
     outcome.verdicts = judged
-    calls = dict(tracking.live.calls_by_ref)
+    calls = dict(tracking.record.calls_by_ref)
     outcome.mlflow_calls = sum(calls.values())
     (run_dir / CALLS_FILE).write_text(json.dumps(calls, indent=1, sort_keys=True))
     tracking.release()
@@ -499,13 +498,13 @@ def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:
     """Whether the sweep stopped, or its folder is now, too full to take a trial's report."""
     from orchestration.run.callbacks import release_reserve, storage_shortfall
 
-    live = tracking.live
-    if live.full is None and live.stop_reason in (None, STORAGE_FULL):
-        live.full = storage_shortfall(run_dir)
+    record = tracking.record
+    if record.full is None and record.stop_reason in (None, STORAGE_FULL):
+        record.full = storage_shortfall(run_dir)
         release_reserve(run_dir)
-        if live.full is not None:
-            live.stop_reason = STORAGE_FULL
-    return live.full is not None
+        if record.full is not None:
+            record.stop_reason = STORAGE_FULL
+    return record.full is not None
 
 
 @contextmanager
@@ -519,7 +518,7 @@ def _without_ray_resume_hint(tracking: SweepTracking):
     drop = _DropMessage("Resume experiment with")
     state = logging.getLogger("ray.tune.execution.experiment_state")
     failed_save = _DropMessage("Saving experiment state", lambda: setattr(
-        tracking.live, "journal_error", OSError("Ray Tune could not save the sweep's state")))
+        tracking.record, "journal_error", OSError("Ray Tune could not save the sweep's state")))
     hint.addFilter(drop)
     state.addFilter(failed_save)
     try:
@@ -548,10 +547,11 @@ def _resume_command(run_dir: Path) -> str:
 
 
 def _outage_line(tracking: SweepTracking, run_dir: Path) -> str:
-    box = tracking.live.outbox
-    minutes, seconds = divmod(int(box.outage()), 60)
-    return (f"tracking server {tracking.uri} unreachable for {minutes}m{seconds:02d}s ({box.last_error or 'no answer'}); "
-            f"the sweep stopped and keeps {box.pending} unsent MLflow write(s) in {run_dir / QUEUE_FILE}: "
+    syncer = tracking.record.syncer
+    minutes, seconds = divmod(int(syncer.outage()), 60)
+    return (f"tracking server {tracking.uri} unreachable for {minutes}m{seconds:02d}s ({syncer.last_error or 'no answer'}); "
+            f"the sweep stopped and keeps {len(tracking.record.unsynced())} unsent MLflow write(s) in "
+            f"{run_dir / RECORD_FILE}: "
             f"`{_resume_command(run_dir)}` once it is back")
 
 
@@ -570,24 +570,31 @@ def _first_line(exc: BaseException) -> str:
 def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
            models: tuple[str, str | None] = ("best", None), experiment: str = "", claims: list | None = None,
            judged: list[str] | None = None) -> None:
-    """Whatever ended the sweep: queued writes sent, finished trials reconciled, every
-    cross-trial figure re-derived once (TM-relative scores, leaderboard and Pareto plot on
-    the parent), no run left RUNNING, the sweep's summary on the parent, parent closed. With
-    the store away past the limit, the marks are queued in the journal instead and the sweep
-    stops with one line.
+    """Whatever ended the sweep: every trial still running in the record closed, every run
+    synced to its record (the TM-relative scores final: against the mean baseline where a
+    seed's own failed), the cross-trial figures on the parent (leaderboard, Pareto plot,
+    verdicts), the sweep's summary, the parent closed. With the store away past the limit,
+    the record keeps it all and the sweep stops with one line.
     Each step is attempted on its own, so one failing neither skips the others nor hides
     the error that ended the sweep."""
     from orchestration.report.importance import log_importance
     from orchestration.report.leaderboard import log_leaderboard
     from orchestration.track.mlflow_extras import log_models
 
-    if tracking.live.stop_reason is not None or status != "FINISHED":
-        tracking.close_open(tracking.live.stop_reason or "sweep ended")
+    record = tracking.record
+    record.closing = True
+    if results is not None:
+        _settle(tracking, results)
+    closed = tracking.close_open(record.stop_reason or "sweep ended")
+    if closed and record.stop_reason is None:
+        log(f"closed {closed} unfinished trial run(s) as KILLED")
+    tracking.resync()
     if not tracking.flush():
         tracking.end_parent("KILLED")
         tracking.flush(timeout=2.0)  # the store may just have come back
+        line = _outage_line(tracking, run_dir)
         tracking.release()
-        raise TrackingUnavailable(_outage_line(tracking, run_dir))
+        raise TrackingUnavailable(line)
     runs: list = []
 
     def read() -> None:
@@ -597,24 +604,15 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
         if claims and status == "FINISHED" and judged is not None:
             judged.extend(_judge(tracking, experiment, claims))
 
-    def reconcile() -> None:
-        if results is not None and _reconcile(tracking, results, runs):
-            tracking.flush()
-            read()
-
     steps = [("read the sweep's runs", read),
-             ("reconcile trial runs", reconcile),
-             ("TM-relative scores", lambda: tracking.backfill_tm(final_pass=True, runs=runs)),
-             ("the claims' verdicts", judge),  # after the backfill: a claim may be on a TM-relative score
+             ("the claims' verdicts", judge),  # once synced: a claim may be on a TM-relative score
              # Before the leaderboard, whose markdown carries it; a finished sweep only (seconds of
              # fitting that an interrupted one, resumed, would redo).
              ("importance of the swept dimensions", lambda: status == "FINISHED" and log_importance(tracking, log)),
              ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
              # [mlflow_extras] the best trial's bundle as an MLflow model (tracking.log_models):
-             # an upload through MLflow's own client, not the queue; a failure costs the model only.
-             ("log models", lambda: status == "FINISHED" and tracking.flush()
-              and log_models(tracking, results, *models, log=log, runs=runs)),
-             ("close unfinished runs", lambda: _report_closed(tracking.close_open_children("KILLED", runs), log)),
+             # an upload through MLflow's own client; a failure costs the model only.
+             ("log models", lambda: status == "FINISHED" and log_models(tracking, results, *models, log=log, runs=runs)),
              ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
              ("close the parent run",
               lambda: (tracking.end_parent(parent_status(status, runs)), tracking.flush()))]
@@ -623,6 +621,29 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log(f"warning: {what} failed: {_first_line(exc)}")
+
+
+def _settle(tracking: SweepTracking, results) -> None:
+    """A trial Tune ended while the driver could not record it (killed between the two, or
+    its folder full) is ended in the record from Tune's own, its last report included: a
+    resumed Tune does not end it again."""
+    from ray.tune.experiment import Trial
+
+    from orchestration.run.callbacks import error_line
+    from orchestration.run.trainable import failure
+
+    for trial in getattr(getattr(results, "_experiment_analysis", None), "trials", None) or []:
+        key = (trial.config or {}).get("key")
+        t = tracking.record.trials.get(key)
+        if (t is None or t["status"] != "RUNNING" or key in tracking.record.started
+                or trial.status not in (Trial.TERMINATED, Trial.ERROR)):
+            continue
+        if "epoch" in (trial.last_result or {}):
+            tracking.log_epoch(key, trial.last_result)
+        if trial.status == Trial.TERMINATED and not failure(trial.last_result):
+            tracking.finish(trial.config, "FINISHED")
+        else:
+            tracking.finish(trial.config, "FAILED", error=error_line(trial))
 
 
 def parent_status(status: str, runs: list) -> str:
@@ -678,45 +699,8 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def _log_summary(tracking: SweepTracking, runs: list) -> None:
-    """sweep_summary on the parent run, as the runs stand once every trial is closed (a run
-    the sweep's end closed, read RUNNING before, counts as interrupted)."""
+    """sweep_summary on the parent run, as the runs stand once every trial is closed."""
     tracking.log_parent(*sweep_summary(runs))
-
-
-def _report_closed(n: int, log: Callable[[str], None]) -> None:
-    if n:
-        log(f"closed {n} unfinished trial run(s) as KILLED")
-
-
-def _reconcile(tracking: SweepTracking, results, runs: list) -> int:
-    """A trial Tune finished while a driver was being killed can miss its MLflow close (a
-    resumed Tune does not run it again): close it from Tune's own record. Trials this driver
-    ended itself (finished, failed or interrupted) are left as they are."""
-    from ray.tune.experiment import Trial
-
-    open_runs = {r.data.tags.get("trial_key"): r for r in runs if r.info.status == "RUNNING"}
-    trials = getattr(getattr(results, "_experiment_analysis", None), "trials", None) or []
-    n = 0
-    for trial in trials:
-        key = (trial.config or {}).get("key")
-        run = open_runs.get(key)
-        known = tracking.live.trials.get(key, {}).get("status")
-        if run is None or known in ("FINISHED", "FAILED", "KILLED") or key in tracking.live.started:
-            continue
-        if trial.status not in (Trial.TERMINATED, Trial.ERROR):
-            continue
-        tracking.live.runs.setdefault(key, run.info.run_id)
-        if not tracking.history(key):
-            tracking.live.trial(key)["history"] = tracking._history_from_mlflow(key)
-        from orchestration.run.callbacks import error_line
-        from orchestration.run.trainable import failure
-
-        if trial.status == Trial.TERMINATED and not failure(trial.last_result):
-            tracking.finish(trial.config, "FINISHED")
-        else:
-            tracking.finish(trial.config, "FAILED", error=error_line(trial))
-        n += 1
-    return n
 
 
 def _runs_view(sweep) -> dict:
@@ -746,7 +730,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
              status: str, t_start: float) -> SweepOutcome:
     outcome = SweepOutcome(run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id,
                            status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
-                           reads_s=tracking.sync_s, writer_cpu_s=tracking.live.outbox.busy_cpu_s,
+                           reads_s=tracking.sync_s, writer_cpu_s=tracking.record.syncer.busy_cpu_s,
                            experiment_id=tracking.experiment_id)
     from orchestration.track.mlflow_extras import best_summary
 

@@ -1,7 +1,7 @@
 """Tracking a sweep in MLflow: what the driver writes while trials run, and what it logged.
 
-    tracking.py       one parent run per sweep, one child run per trial (the driver writes all)
-    outbox.py         the queue and journal every MLflow write goes through (outages, resume)
+    tracking.py       the driver's record of the sweep and its trials (journaled in the sweep
+                      folder), and the one sync that makes the parent and child runs equal to it
     mlflow_extras.py  what makes the runs readable: experiment kind, saved view, data report,
                       system metrics, logged models, the best configuration
     tm.py             the TM-relative score and its time basis

@@ -22,9 +22,9 @@
   in the Model Registry when `tracking.register_model` names it.
 
 Nothing here decides a figure; each piece is called from one marked line in tracking.py,
-trainable.py or launch.py; nothing here imports tracking.py. Run writes go through the
-tracking's queue (orchestration/track/outbox.py) except the model upload, which MLflow's own client
-makes at the sweep's end, guarded there.
+trainable.py or launch.py; nothing here imports tracking.py. Run writes happen in the
+tracking's sync (tracking.py) except the model upload, which MLflow's own client makes at the
+sweep's end, guarded there.
 """
 from __future__ import annotations
 
@@ -207,9 +207,9 @@ def log_data(client, run_id: str, config: dict[str, Any]) -> None:
 
 
 def describe_run(client, run_id: str, config: dict[str, Any]) -> None:
-    """One queued write (tracking.py's "describe"): the run's data. Reading the data failing
-    costs the run its description only (noted on it); the store failing raises, so the
-    outbox retries the write like any other."""
+    """The run's data, once per run (tracking.py's sync). Reading the data failing costs the
+    run its description only (noted on it); the store failing raises, so the sync is retried
+    like any other."""
     try:
         data_summary(config)
     except Exception as exc:  # noqa: BLE001 - see the docstring

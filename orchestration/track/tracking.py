@@ -1,10 +1,19 @@
-"""MLflow: one parent run per sweep, one child run per trial, written by the sweep driver.
+"""MLflow: one parent run per sweep, one child run per trial, as a projection of the driver's record.
 
 Why the driver and not the trial process: Tune ends a trial that ASHA stops by raising
 SystemExit inside its report call and then tearing the worker down, and a crashed worker
 runs no `finally` at all, so a trial cannot be trusted to close its own run. The driver sees
 every report and every end (callbacks.py), is the only writer (sqlite stays unlocked), and
 closes what it opened. Ray's own MLflow callback has no parent runs (ray#19978).
+
+State, then projection. The driver keeps a record per trial (its config, every reported
+epoch, its status and why) and of the sweep's parent run, appended to RECORD_FILE in the
+sweep folder before anything is sent. One idempotent sync makes a run equal to its record:
+the run found (by trial_key) or created, params once, the epochs after its cursor in one
+batch, the summary, tags and TM-relative scores that differ from what was sent, the status.
+It runs in one background thread after each change, at the end and on resume, so an outage
+only delays it (trials keep training) and a killed driver's resume replays the record and
+syncs what lags. Past `outage_s` of failed syncs the sweep stops (callbacks.py).
 
 Names on a child run:
   params   the trial's full flattened config (optim.lr, sharing.head_regime, ...)
@@ -13,26 +22,25 @@ Names on a child run:
            train_time_s, model_size_mb, ..., tm_relative_score, tm_time_s, epochs_run)
   tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
            resumes), trial_id, variant, role, seed, node, node_ip, git_commit, stopped_early,
-           tm_time_basis, tm_baseline, error
+           interrupted, tm_time_basis, tm_baseline, error
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
-           figures, per-epoch history, config)
+           figures, per-epoch history, config), train.log
 
-Resume is idempotent: a trial's run is found by (parent run, trial_key) and continued,
-never created twice; re-run epochs are logged again at their step and the latest value per
-step wins when the history is read back.
+A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record and
+is logged again at its step: the latest value per step wins when the history is read back.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
-
-import yaml
+from typing import Any, Callable, Iterator
 
 from orchestration.errors import TrackingUnavailable
 from orchestration.paths import sqlite_path
@@ -49,6 +57,13 @@ TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_
              "done", "trial_id", "should_checkpoint", "__duplicate__", "experiment_tag", "epoch"}
 SECONDS = 1000  # MLflow timestamps are in milliseconds
 STORAGE_FULL = "storage full"  # the stop reason, and the interrupted tag of the trials it stopped
+RECORD_FILE = "tracking.jsonl"  # in the sweep folder: the driver's record, append-only
+PARENT = "parent"  # the sweep's parent run in the record and in the call counts
+PAGE = 1000  # runs per search page (MLflow's default page size)
+# The store saying no to a write, not the store being away: retrying cannot help.
+PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST",
+                   "INVALID_STATE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED"}
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 
 
 def _quiet_http_env() -> None:
@@ -62,11 +77,12 @@ def _quiet_http_env() -> None:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc)
-    for needle, reason in (("Connection refused", "connection refused"), ("timed out", "timed out"),
-                           ("Name or service not known", "unknown host"),
-                           ("nodename nor servname", "unknown host")):
+    for needle, said in (("Connection refused", "connection refused"), ("timed out", "timed out"),
+                         ("Name or service not known", "unknown host"), ("nodename nor servname", "unknown host"),
+                         ("database is locked", "database is locked"), ("Max retries exceeded", "connection failed"),
+                         ("Connection aborted", "connection aborted")):
         if needle in text:
-            return reason
+            return said
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return first[:200]
 
@@ -160,95 +176,240 @@ def final_figures(history: dict[int, dict[str, float]], metric_names: list[str] 
     return figures.summary(rows)
 
 
-QUEUE_FILE = "mlflow_queue.jsonl"  # in the sweep folder: MLflow writes not yet acknowledged
-STATE_LOG = "mlflow_state.jsonl"  # in the sweep folder: run ids and reported figures, append-only
-PARENT = "parent"  # the ref of the sweep's parent run in queued writes
-PAGE = 1000  # runs per search page (MLflow's default page size)
+# ---------------------------------------------------------------------------- the record
 
-# Driver state shared by every SweepTracking of one sweep in this process: Tune unpickles
-# its own copy of the callbacks on restore, and the launcher holds another; both must write
-# through the same queue.
-_LIVE: dict[str, "_Live"] = {}
+def _trial() -> dict[str, Any]:
+    # `sent`: what the trial's run holds (run id, params logged, epochs up to `cursor`, the
+    # tags, metrics and files last sent, its status): the sync's cursor, journaled with the rest.
+    return {"config": {}, "tags": {}, "epochs": {}, "summary": None, "status": "RUNNING", "reason": None,
+            "error": None, "log": None, "sent": {"cursor": 0, "tags": {}, "metrics": {}}}
 
 
-class _Live:
-    """What the driver knows without asking MLflow: run ids, every trial's reported epochs,
-    final figures and TM-relative scores. Kept in memory, appended to STATE_LOG, read back
-    on resume, so per-trial tracking work never scans the sweep."""
+class SweepRecord:
+    """The driver's truth about a sweep: every trial's record and the parent run's, kept in
+    memory and appended to RECORD_FILE (replayed on resume). Each entry is a change to one
+    record ({"k": key, "set": fields} or an epoch) or what a sync sent ({"k": key, "sent": ...})."""
 
-    def __init__(self, state_dir: Path | None, fresh: bool):
-        self.state_dir = state_dir
+    def __init__(self, folder: Path | None, fresh: bool):
         self.fresh = fresh  # a sweep this process created: no run of a new trial key exists yet
-        self.runs: dict[str, str] = {}
         self.trials: dict[str, dict[str, Any]] = {}
+        self.parent: dict[str, Any] = {"tags": {}, "metrics": {}, "texts": {}, "describe": None,
+                                       "status": "RUNNING", "sent": {"tags": {}, "metrics": {}, "texts": {}}}
+        self.lock = threading.RLock()
         self.started: dict[str, str] = {}  # key -> Tune trial id, in this driver
-        self.waiting: dict[str, set[str]] = {}  # seed -> finished trials whose baseline is not
-        self.node: dict[str, tuple[str, str]] = {}
+        self.tried: set[str] = set()  # runs this driver asked MLflow to create
         self.stop_reason: str | None = None  # set by a signal, an outage or a full disk: see callbacks.py
-        self.journal_error: OSError | None = None
         self.full: tuple[int, int] | None = None  # (bytes free, bytes needed) of a full sweep folder
+        self.journal_error: OSError | None = None
+        self.closing = False  # the sweep's end: TM against the mean baseline, calls counted as the sweep's
         self.calls_by_ref: dict[str, int] = {}
-        self.outbox = None
+        self.syncer: _Syncer | None = None
         self._file = None
-        if state_dir is not None:
-            self._load()
-            self._file = (state_dir / STATE_LOG).open("a")
+        if folder is not None:
+            path = folder / RECORD_FILE
+            if path.is_file():
+                for line in path.read_text().splitlines():
+                    try:
+                        self._apply(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue  # the line a kill cut short
+            self._file = path.open("a")
 
-    def _load(self) -> None:
-        path = self.state_dir / STATE_LOG
-        if not path.is_file():
-            return
-        for line in path.read_text().splitlines():
-            try:
-                e = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # cut short by a kill
-            if "run" in e:
-                self.runs[e["run"]] = e["id"]
-            elif "epoch" in e:
-                t = self.trial(e["key"], e.get("seed"), e.get("role"))
-                t["history"][int(e["epoch"])] = e["m"]
-                if e.get("s"):
-                    t["summary"] = e["s"]
-            elif "final" in e:
-                t = self.trial(e["final"], e.get("seed"), e.get("role"))
-                t.update(final=e["m"], status=e["status"])
+    def of(self, key: str) -> dict[str, Any]:
+        return self.parent if key == PARENT else self.trials.setdefault(key, _trial())
 
-    def trial(self, key: str, seed: Any = None, role: Any = None) -> dict[str, Any]:
-        t = self.trials.setdefault(key, {"history": {}, "final": None, "status": None, "seed": None, "role": None})
-        if seed is not None:
-            t["seed"], t["role"] = str(seed), role
-        return t
+    def _apply(self, e: dict) -> None:
+        r = self.of(e["k"])
+        if "epoch" in e:
+            n = int(e["epoch"])
+            r["epochs"][n] = e["m"]
+            if n <= r["sent"]["cursor"]:  # an epoch run again: the run gets it again
+                r["sent"]["cursor"] = n - 1
+        for target, fields in ((r, e.get("set", {})), (r["sent"], e.get("sent", {}))):
+            for field, value in fields.items():  # a mapping (tags, metrics, texts) takes what it is given
+                if isinstance(target.get(field), dict) and isinstance(value, dict):
+                    target[field].update(value)
+                else:
+                    target[field] = value
 
-    def note(self, entry: dict) -> None:
+    def change(self, e: dict) -> None:
+        with self.lock:
+            self._apply(e)
+            if self._file is not None:
+                try:
+                    self._file.write(json.dumps(e, default=str) + "\n")
+                    self._file.flush()  # in the OS: it survives this process being killed
+                except OSError as exc:  # a full disk: the sweep stops (callbacks.py), the record goes on in memory
+                    self.journal_error = exc
+
+    def close(self) -> None:
         if self._file is not None:
+            file, self._file = self._file, None
             try:
-                self._file.write(json.dumps(entry, default=str) + "\n")
-                self._file.flush()
-            except OSError as exc:  # a full disk: see Outbox.journal_error
-                self.journal_error = exc
+                file.close()
+            except OSError:  # a full disk: what it kept is what a resume reads
+                pass
+
+    # -------------------------------------------------------------- what a run should hold
+
+    def view(self, key: str) -> tuple[dict[str, str], dict[str, float], str | None]:
+        """(tags, final metrics, result.json) the trial's run should hold now."""
+        t = self.trials[key]
+        tags, metrics, result = dict(t["tags"]), {}, None
+        if t["status"] == "RUNNING":
+            return tags, metrics, result
+        tags.update(interrupted=t["reason"] or "false", stopped_early="false")
+        if t["error"]:
+            tags["error"] = t["error"][:5000]
+        config = t["config"].get("config", {})
+        if t["epochs"]:
+            metrics, tags["tm_time_basis"] = trial_figures(t["epochs"], config, t["summary"])
+            budget = int(config.get("train", {}).get("epochs", 0))
+            tags["stopped_early"] = str(t["status"] == "FINISHED" and metrics["epochs_run"] < budget).lower()
+            if t["status"] == "FINISHED":
+                scores = self._tm(t, metrics)
+                tags.update(scores.pop("tags", {}))
+                metrics.update(scores)
+            result = json.dumps({"metrics": metrics, "epochs": [{"epoch": e, **t["epochs"][e]} for e in sorted(t["epochs"])],
+                                 "config": config, "trial_key": key, "status": t["status"]}, indent=2, default=str)
+        return tags, metrics, result
+
+    def _tm(self, t: dict, final: dict[str, float]) -> dict[str, Any]:
+        """TM-relative scores against the same-seed baseline once its run and figures are in;
+        at the sweep's end, against the mean of the finished baselines where that one failed."""
+        bases = {str(b["config"].get("seed")): b for b in self.trials.values() if b["config"].get("role") == "baseline"
+                 and b["status"] == "FINISHED" and b["epochs"] and b["sent"].get("run")}
+        figures = lambda b: trial_figures(b["epochs"], b["config"].get("config", {}), b["summary"])[0]  # noqa: E731
+        base = bases.get(str(t["config"].get("seed")))
+        if base is not None:
+            return tm_scores(final, figures(base), base["sent"]["run"])
+        if self.closing and bases:
+            return tm_scores(final, mean_reference([figures(b) for b in bases.values()]),
+                             f"mean of {len(bases)} baseline seeds")
+        return {}
+
+    def unsynced(self) -> list[str]:
+        """Records whose run lags behind them (what a sync would still send)."""
+        with self.lock:
+            out = [PARENT] if _parent_lag(self.parent) else []
+            for key, t in self.trials.items():
+                sent = t["sent"]
+                tags, metrics, result = self.view(key)
+                if (not sent.get("based") or max(t["epochs"], default=0) > sent["cursor"]
+                        or any(sent["tags"].get(k) != v for k, v in tags.items())
+                        or any(not _same(sent["metrics"].get(k), v) for k, v in metrics.items())
+                        or (t["status"] != "RUNNING" and sent.get("files") != _digest(result, t["log"]))
+                        or sent.get("status") != t["status"]):
+                    out.append(key)
+            return out
 
 
-class _NoRun(Exception):
-    error_code = "RESOURCE_DOES_NOT_EXIST"  # permanent: the outbox drops the write, saying so
+def _parent_lag(p: dict) -> bool:
+    sent = p["sent"]
+    return (any(sent["tags"].get(k) != v for k, v in p["tags"].items())
+            or any(not _same(sent["metrics"].get(k), v) for k, v in p["metrics"].items())
+            or any(sent["texts"].get(n) != _digest(t) for n, t in p["texts"].items())
+            or (p["describe"] is not None and not sent.get("described")) or sent.get("status") != p["status"])
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha1(json.dumps(parts, default=str).encode()).hexdigest()[:16]
+
+
+class _Syncer:
+    """One background thread that syncs the records marked dirty, in the order first marked,
+    retrying with backoff while the store is away (trials keep training meanwhile)."""
+
+    def __init__(self, sync: Callable[[str], None], outage_s: float = 180.0, warn: Callable[[str], None] = print):
+        self._sync, self.outage_s, self._warn = sync, outage_s, warn
+        self._dirty: dict[str, None] = {}
+        self._busy: str | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.outage_since: float | None = None
+        self.last_error = ""
+        self.busy_s = 0.0  # time in the store's calls
+        # Of which the thread's own CPU: the rest is waiting, on the store (a server's round
+        # trips, sqlite's fsync) or on the GIL while the driver's other threads run.
+        self.busy_cpu_s = 0.0
+
+    @property
+    def pending(self) -> int:
+        return len(self._dirty) + (self._busy is not None)
+
+    def mark(self, *keys: str) -> None:
+        with self._cond:
+            self._dirty.update(dict.fromkeys(keys))
+            self._cond.notify_all()
+            if not self._closing and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(target=self._run, name="mtbert-mlflow-sync", daemon=True)
+                self._thread.start()
+
+    def outage(self) -> float:
+        """Seconds the store has been failing (0 when it answers)."""
+        since = self.outage_since
+        return time.monotonic() - since if since is not None else 0.0
+
+    def given_up(self) -> bool:
+        return self.outage() > self.outage_s
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record is synced; False when the store stayed away past the limit
+        (or `timeout`)."""
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        with self._cond:
+            while self._dirty or self._busy is not None:
+                if self._closing or self.given_up() or (deadline is not None and time.monotonic() >= deadline):
+                    return False
+                self._cond.wait(0.2)
+        return True
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        backoff = FIRST_BACKOFF_S
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closing:
+                    self._cond.wait()
+                if self._closing:
+                    return
+                key = self._busy = next(iter(self._dirty))
+                del self._dirty[key]  # a change made during its sync marks it again
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                self._sync(key)
+                failed = None
+            except Exception as exc:  # noqa: BLE001 - sorted below: store away vs store says no
+                failed = exc
+            self.busy_s += time.perf_counter() - t0
+            self.busy_cpu_s += time.thread_time() - c0
+            with self._cond:
+                self._busy = None
+                if failed is not None and getattr(failed, "error_code", None) not in PERMANENT_CODES:
+                    self._dirty = {key: None, **self._dirty}  # first again, once the store is back
+                    self.outage_since = self.outage_since or time.monotonic()
+                    self.last_error = _reason(failed)
+                    self._cond.notify_all()
+                    self._cond.wait(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF_S)
+                    continue
+                if failed is not None:
+                    self._warn(f"warning: MLflow refused a write for {key}: {_reason(failed)}")
+                self.outage_since, backoff = None, FIRST_BACKOFF_S
+                self._cond.notify_all()
 
 
 class _Counting:
-    """A thin wrapper over MlflowClient counting calls per run ref (issue: per-trial cost
-    must not grow with the sweep; tests read `calls_by_ref`)."""
+    """A thin wrapper over MlflowClient counting calls per record synced (issue: per-trial
+    cost must not grow with the sweep; launch.py writes the counts to mlflow_calls.json)."""
 
-    def __init__(self, client, live: _Live):
-        import threading
-
-        self._c, self._live, self._local = client, live, threading.local()
-
-    @property
-    def ref(self) -> str:
-        return getattr(self._local, "ref", PARENT)  # the writer thread's current op, else the sweep
-
-    @ref.setter
-    def ref(self, value: str) -> None:
-        self._local.ref = value
+    def __init__(self, client, counts: dict[str, int]):
+        self._c, self._counts, self.local = client, counts, threading.local()
 
     def __getattr__(self, name: str):
         attr = getattr(self._c, name)
@@ -256,18 +417,20 @@ class _Counting:
             return attr
 
         def call(*args, **kwargs):
-            ref = self.ref
-            self._live.calls_by_ref[ref] = self._live.calls_by_ref.get(ref, 0) + 1
+            ref = getattr(self.local, "ref", PARENT)  # the sync thread's record, else the sweep's
+            self._counts[ref] = self._counts.get(ref, 0) + 1
             return attr(*args, **kwargs)
         return call
 
 
+# Records by sweep: Tune unpickles its own copy of the callbacks on restore, and the launcher
+# holds another; both must change the same record.
+_RECORDS: dict[str, SweepRecord] = {}
+
+
 class SweepTracking:
     """Parent/child runs of one sweep. Picklable (Tune checkpoints the callbacks holding it);
-    the client, the queue and the driver state are found again by the sweep folder.
-
-    Trial runs are named by trial key. Every write goes through the outbox (outbox.py);
-    reads happen at start, on resume and in the whole-sweep passes at the end."""
+    the client and the record are found again by the sweep folder (else the parent run)."""
 
     def __init__(self, uri: str, experiment_id: str, parent_run_id: str, sweep_name: str,
                  commit: str | None = None, state_dir: str | Path | None = None, outage_s: float = 180.0,
@@ -281,30 +444,23 @@ class SweepTracking:
         self.state_dir = str(Path(state_dir).resolve()) if state_dir else None
         self.outage_s = outage_s
         self.fresh = fresh
-        self.sync_s = 0.0  # driver time in reads (the whole-sweep passes)
+        self.sync_s = 0.0  # driver time in reads (searches)
         self._client = None
-        self._live: _Live | None = None
+        self._record: SweepRecord | None = None
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_client"] = None
-        state["_live"] = None
-        state["fresh"] = False  # a restored driver looks runs up before creating them
-        return state
+        return {**self.__dict__, "_client": None, "_record": None, "fresh": False}
 
     @property
-    def live(self) -> _Live:
-        if self._live is None:
-            key = self.state_dir or f"memory-{id(self)}"
-            if key not in _LIVE:
-                live = _Live(Path(self.state_dir) if self.state_dir else None, self.fresh)
-                from orchestration.track.outbox import Outbox
-
-                journal = Path(self.state_dir) / QUEUE_FILE if self.state_dir else None
-                live.outbox = Outbox(self._apply, journal, outage_s=self.outage_s)
-                _LIVE[key] = live
-            self._live = _LIVE[key]
-        return self._live
+    def record(self) -> SweepRecord:
+        if self._record is None:
+            key = self.state_dir or self.parent_run_id
+            if key not in _RECORDS:
+                record = SweepRecord(Path(self.state_dir) if self.state_dir else None, self.fresh)
+                record.syncer = _Syncer(self._sync, self.outage_s)
+                _RECORDS[key] = record
+            self._record = _RECORDS[key]
+        return self._record
 
     @property
     def client(self):
@@ -312,116 +468,44 @@ class SweepTracking:
             from mlflow.tracking import MlflowClient
 
             _quiet_http_env()
-            self._client = _Counting(MlflowClient(self.uri), self.live)
+            self._client = _Counting(MlflowClient(self.uri), self.record.calls_by_ref)
         return self._client
 
     @property
     def logging_s(self) -> float:
-        """Driver time in MLflow calls: the writer thread's and the reads'."""
-        return self.live.outbox.busy_s + self.sync_s
+        """Driver time in MLflow calls: the sync thread's and the reads'."""
+        return self.record.syncer.busy_s + self.sync_s
 
     def release(self) -> None:
-        """End of this driver's sweep: the writer stops, the files close."""
-        key = self.state_dir or f"memory-{id(self)}"
-        live = _LIVE.pop(key, None)
-        if live is not None:
-            live.outbox.close(timeout=0)
-            if live._file is not None:
-                try:
-                    live._file.close()
-                except OSError:  # a full disk: what it kept is what a resume reads
-                    pass
-
-    # ------------------------------------------------------------------ the queue
+        """End of this driver's sweep: the sync thread stops, the record's file closes."""
+        record = _RECORDS.pop(self.state_dir or self.parent_run_id, None)
+        if record is not None:
+            record.syncer.close()
+            record.close()
 
     def flush(self, timeout: float | None = None) -> bool:
-        return self.live.outbox.flush(timeout)
+        return self.record.syncer.flush(timeout)
 
     def given_up(self) -> bool:
-        return self.live.outbox.given_up()
+        return self.record.syncer.given_up()
 
     def journal_failed(self) -> bool:
-        """The sweep folder refused one of the driver's own writes (its journals)."""
-        return (self.live.journal_error or self.live.outbox.journal_error) is not None
+        """The sweep folder refused one of the driver's own writes (its record, Tune's state)."""
+        return self.record.journal_error is not None
 
-    def _put(self, op: dict) -> None:
-        self.live.outbox.put(op)
+    def resync(self) -> int:
+        """Sync every record that lags its run (a resume, the sweep's end); how many did."""
+        lagging = self.record.unsynced()
+        if lagging:
+            self.record.syncer.mark(*lagging)
+        return len(lagging)
 
-    def _run_id(self, ref: str, replay: bool) -> str:
-        if ref == PARENT:
-            return self.parent_run_id
-        live = self.live
-        if ref not in live.runs:
-            found = self._find_child(ref)
-            if found is None:
-                raise _NoRun(f"no run for trial {ref}")
-            live.runs[ref] = found.info.run_id
-        return live.runs[ref]
+    def _change(self, key: str, **fields: Any) -> None:
+        self.record.change({"k": key, "set": fields})
+        self.record.syncer.mark(key)
 
-    def _apply(self, op: dict, replay: bool) -> None:
-        """One queued write (runs in the outbox's writer thread)."""
-        client = self.client
-        ref = op["ref"]
-        # A whole-sweep pass's writes (end-of-sweep TM backfill, model tags, closing runs left
-        # open) are counted as the sweep's, not the trial's: they happen once, not per trial.
-        client.ref = PARENT if op.get("sweep_pass") else ref
-        do = op["do"]
-        if do == "child":
-            self._ensure_child(op, replay)
-            return
-        run_id = self._run_id(ref, replay)
-        if do == "log":
-            _log_batch(client, run_id, op.get("metrics", []), op.get("tags", []), op.get("params", []))
-        elif do == "text":
-            client.log_text(run_id, op["text"], op["name"])
-        elif do == "file":
-            if Path(op["path"]).is_file():
-                client.log_artifact(run_id, op["path"])
-        elif do == "describe":  # [mlflow_extras] dataset inputs, data report, bad_rows tag
-            mlflow_extras.describe_run(client, run_id, op["config"])
-        elif do == "status":
-            client.update_run(run_id, status=op["status"])
-        elif do == "end":
-            client.set_terminated(run_id, status=op["status"])
-        else:
-            raise ValueError(f"unknown queued write {do}")
-
-    def _ensure_child(self, op: dict, replay: bool) -> None:
-        """Find (resume, replay) or create the trial's run; a found run gets whatever of its
-        first writes it lacks (a run created just before the store went away has no config.yaml)."""
-        from mlflow.entities import Param
-
-        live, client, key = self.live, self.client, op["ref"]
-        run_id = live.runs.get(key)
-        found = None
-        if run_id is None and (replay or not live.fresh):
-            found = self._find_child(key)
-            run_id = found.info.run_id if found is not None else None
-        if run_id is None:
-            run = client.create_run(self.experiment_id, run_name=key, tags=dict(op["tags"]))
-            run_id = run.info.run_id
-            live.runs[key] = run_id
-            live.note({"run": key, "id": run_id})
-            params = [Param(k, v) for k, v in op["params"]]
-            for at in range(0, len(params), 100):  # log_batch takes at most 100 params per call
-                client.log_batch(run_id, params=params[at:at + 100])
-            client.log_text(run_id, op["config"], "config.yaml")
-            return
-        if key not in live.runs:
-            live.runs[key] = run_id
-            live.note({"run": key, "id": run_id})
-        if found is None:
-            found = client.get_run(run_id)
-        if found.info.status != "RUNNING":
-            client.update_run(run_id, status="RUNNING")
-        if found.data.tags.get("trial_id") != op["tags"]["trial_id"]:
-            client.set_tag(run_id, "trial_id", op["tags"]["trial_id"])
-        have = set(found.data.params)
-        missing = [Param(k, v) for k, v in op["params"] if k not in have]
-        for at in range(0, len(missing), 100):
-            client.log_batch(run_id, params=missing[at:at + 100])
-        if "config.yaml" not in {a.path for a in client.list_artifacts(run_id)}:
-            client.log_text(run_id, op["config"], "config.yaml")
+    def run_id(self, key: str) -> str | None:
+        return self.record.trials[key]["sent"].get("run")
 
     # ------------------------------------------------------------------ parent
 
@@ -447,37 +531,204 @@ class SweepTracking:
         tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
                        run_name=run_name)
         tracking.source_tags = source  # every trial run gets them too (pickled with the tracking)
+        sent = {"tags": {**all_tags, **source}, "status": "RUNNING"}
+        tracking.record.change({"k": PARENT, "set": {"tags": sent["tags"]}, "sent": sent})
         return tracking
 
     def log_parent_artifacts(self, files: dict[str, str]) -> None:
         """artifact name -> text."""
-        for name, text in files.items():
-            self._put({"do": "text", "ref": PARENT, "text": text, "name": name})
+        self._change(PARENT, texts=files)
 
     def tag_parent(self, tags: dict[str, str]) -> None:
-        self._put({"do": "log", "ref": PARENT, "tags": sorted(tags.items())})
+        self._change(PARENT, tags=tags)
 
     def describe_parent(self, base_config: dict[str, Any]) -> None:
         """The sweep's data as dataset inputs of the parent run too (its Dataset column)."""
-        self._put({"do": "describe", "ref": PARENT, "config": base_config})
-
-    def tag_trial(self, key: str, tags: dict[str, str]) -> None:
-        """Tags a whole-sweep step puts on a trial's run (the model it logged): counted as the
-        sweep's calls, not the trial's, as they happen once per sweep."""
-        self._put({"do": "log", "ref": key, "tags": sorted(tags.items()), "sweep_pass": True})
+        self._change(PARENT, describe=base_config)
 
     def log_parent(self, metrics: dict[str, float], tags: dict[str, str]) -> None:
-        now = int(time.time() * SECONDS)
-        self._put({"do": "log", "ref": PARENT, "metrics": [[k, v, now, 0] for k, v in metrics.items()],
-                   "tags": sorted(tags.items())})
+        self._change(PARENT, metrics=metrics, tags=tags)
 
     def reopen_parent(self) -> None:
-        self._put({"do": "status", "ref": PARENT, "status": "RUNNING"})
+        self._change(PARENT, status="RUNNING")
 
     def end_parent(self, status: str) -> None:
-        self._put({"do": "end", "ref": PARENT, "status": status})
+        self._change(PARENT, status=status)
 
-    # ------------------------------------------------------------------ children
+    # ------------------------------------------------------------------ trials
+
+    def start_trial(self, trial_config: dict[str, Any], trial_id: str) -> None:
+        """The trial runs (again) under this driver. Idempotent within one driver: Tune
+        announces a trial at start and with every result."""
+        record, key = self.record, trial_config["key"]
+        if record.started.get(key) == trial_id:
+            return
+        record.started[key] = trial_id
+        tags = {PARENT_TAG: self.parent_run_id, "sweep": self.sweep_name, "trial_key": key,
+                "trial_id": trial_id, "variant": trial_config["variant"], "role": trial_config["role"],
+                "seed": str(trial_config["seed"])}
+        if self.run_name:  # [mlflow_extras] which sweep a row is, in the saved view
+            tags[mlflow_extras.SWEEP_RUN_TAG] = self.run_name
+        if self.commit:
+            tags["git_commit"] = self.commit
+        if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points
+            tags[STANDS_FOR] = ",".join(trial_config[STANDS_FOR])
+        tags.update(getattr(self, "source_tags", {}))  # [mlflow_extras] the sweep's source on the run
+        self._change(key, config=trial_config, tags=tags, status="RUNNING", reason=None, error=None)
+
+    def log_epoch(self, key: str, result: dict[str, Any]) -> dict[str, float]:
+        """One report: its figures (at step=epoch) and the node it ran on, into the record."""
+        from mtbert.figures import SUMMARY_KEY
+
+        metrics = epoch_metrics(result)
+        entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
+        summary = result.get(SUMMARY_KEY)
+        if isinstance(summary, dict):  # train()'s own word on its epochs so far
+            entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _number(v) is not None}
+        node = {k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip")) if result.get(r)}
+        if any(self.record.of(key)["tags"].get(k) != v for k, v in node.items()):
+            entry["set"]["tags"] = node
+        self.record.change(entry)
+        self.record.syncer.mark(key)
+        return metrics
+
+    def history(self, key: str) -> dict[int, dict[str, float]]:
+        return self.record.of(key)["epochs"]
+
+    def retried(self, key: str, failures: int, error: str) -> None:
+        self._change(key, tags={"retries": str(failures), "last_error": error[:5000]})
+
+    def tag_trial(self, key: str, tags: dict[str, str]) -> None:
+        """Tags a whole-sweep step puts on a trial's run (the model it logged)."""
+        self._change(key, tags=tags)
+
+    def finish(self, trial_config: dict[str, Any], status: str, error: str | None = None,
+               interrupted: str | None = None, train_log: str | None = None) -> dict[str, float]:
+        """The trial ended: its final figures (returned), TM-relative score once its baseline's
+        are in, result.json, train.log, tags and end state follow in its sync.
+        `interrupted` (why) marks a trial the user, a signal or an outage stopped: KILLED,
+        resumable, never FINISHED."""
+        key = trial_config["key"]
+        self.record.started.pop(key, None)
+        self._change(key, config=trial_config, status=status, reason=interrupted, error=error, log=train_log)
+        t = self.record.trials[key]
+        return trial_figures(t["epochs"], trial_config["config"], t["summary"])[0] if t["epochs"] else {}
+
+    def close_open(self, reason: str) -> int:
+        """Trials still running in the record, at the sweep's end: KILLED, with why."""
+        n = 0
+        for key, t in list(self.record.trials.items()):
+            if t["status"] == "RUNNING":
+                error = None if key in self.record.started else "the sweep ended before this trial did"
+                self.record.started.pop(key, None)
+                self._change(key, status="KILLED", reason=reason, error=error)
+                n += 1
+        return n
+
+    # ------------------------------------------------------------------ the sync
+
+    def _sync(self, key: str) -> None:
+        """Make the key's run equal to its record (runs in the sync thread)."""
+        record = self.record
+        self.client.local.ref = PARENT if key == PARENT or record.closing else key
+        if key == PARENT:
+            return self._sync_parent()
+        t, found = record.trials[key], {}
+        if not t["sent"].get("run"):  # first the run, so that a baseline's TM score names it
+            with record.lock:
+                tags = dict(t["tags"])
+            found = self._find_or_create(key, tags)
+            record.change({"k": key, "sent": {k: found[k] for k in ("run", "tags", "status")}})
+        with record.lock:
+            sent = {**t["sent"], "tags": dict(t["sent"]["tags"]), "metrics": dict(t["sent"]["metrics"])}
+            tags, metrics, result = record.view(key)
+            epochs = {n: m for n, m in t["epochs"].items() if n > sent["cursor"]}
+            status, log, config = t["status"], t["log"], t["config"]
+        client, run_id = self.client, sent["run"]
+        if not sent.get("based"):
+            from mtbert.config import flatten
+
+            have = found.get("params", [])
+            params = [[k, str(v)[:6000]] for k, v in sorted(flatten(config["config"]).items()) if k not in have]
+            _log_batch(client, run_id, [], [], params)
+            import yaml
+
+            # `mtbert train --config config.yaml` re-runs this trial exactly.
+            client.log_text(run_id, yaml.safe_dump(config["config"], sort_keys=False), "config.yaml")
+            mlflow_extras.describe_run(client, run_id, config["config"])  # [mlflow_extras] its data
+            record.change({"k": key, "sent": {"based": True}})
+        now = int(time.time() * SECONDS)
+        # [mlflow_extras] system/* keep MLflow's names (the run's System metrics tab)
+        batch = [[k if k.startswith(mlflow_extras.SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
+                 for n, m in sorted(epochs.items()) for k, v in m.items()]
+        new_metrics = {k: v for k, v in metrics.items() if not _same(sent["metrics"].get(k), v)}
+        new_tags = {k: v for k, v in tags.items() if sent["tags"].get(k) != v}
+        # Epochs and the end in calls of their own, however the changes fell between syncs:
+        # a trial's call count depends on its record only (mlflow_calls.json).
+        ending = status != "RUNNING"
+        _log_batch(client, run_id, batch, [] if ending else sorted(new_tags.items()), [])
+        if ending:
+            _log_batch(client, run_id, [[k, v, now, 0] for k, v in new_metrics.items()], sorted(new_tags.items()), [])
+        files = _digest(result, log) if ending else sent.get("files")
+        if files != sent.get("files"):
+            if result:
+                client.log_text(run_id, result, "result.json")
+            if log and Path(log).is_file():
+                client.log_artifact(run_id, log)
+        if status != sent.get("status"):
+            if status == "RUNNING":
+                client.update_run(run_id, status="RUNNING")
+            else:
+                client.set_terminated(run_id, status=status)
+        with record.lock:  # an epoch run again during this sync is sent by the next one
+            lowered = t["sent"]["cursor"] if t["sent"]["cursor"] < sent["cursor"] else math.inf
+            cursor = min(max(epochs, default=sent["cursor"]), lowered,
+                         *(n - 1 for n, m in epochs.items() if t["epochs"].get(n) is not m))
+            record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
+                                              "tags": new_tags, "metrics": new_metrics}})
+        if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores
+            seed = str(config.get("seed"))
+            record.syncer.mark(*[k for k, o in record.trials.items() if k != key and o["status"] == "FINISHED"
+                                 and str(o["config"].get("seed")) == seed])
+
+    def _find_or_create(self, key: str, tags: dict[str, str]) -> dict[str, Any]:
+        """The trial's run: found by trial_key where one may exist (a resumed sweep, a create
+        whose answer was lost), else created with its tags."""
+        record = self.record
+        if not record.fresh or key in record.tried:
+            found = self._find_child(key)
+            if found is not None:  # what it holds is unknown: its tags and status are sent again
+                return {"run": found.info.run_id, "tags": {}, "status": None, "params": list(found.data.params)}
+        record.tried.add(key)
+        run = self.client.create_run(self.experiment_id, run_name=key, tags=tags)
+        return {"run": run.info.run_id, "tags": tags, "status": "RUNNING"}
+
+    def _sync_parent(self) -> None:
+        record, client, run_id = self.record, self.client, self.parent_run_id
+        with record.lock:
+            p = record.parent
+            sent = {k: dict(v) if isinstance(v, dict) else v for k, v in p["sent"].items()}
+            tags = {k: v for k, v in p["tags"].items() if sent["tags"].get(k) != v}
+            metrics = {k: v for k, v in p["metrics"].items() if not _same(sent["metrics"].get(k), v)}
+            texts = {n: t for n, t in p["texts"].items() if sent["texts"].get(n) != _digest(t)}
+            describe, status = p["describe"], p["status"]
+        now = int(time.time() * SECONDS)
+        _log_batch(client, run_id, [[k, v, now, 0] for k, v in metrics.items()], sorted(tags.items()), [])
+        for name, text in texts.items():
+            client.log_text(run_id, text, name)
+        done = {"tags": tags, "metrics": metrics, "texts": {n: _digest(t) for n, t in texts.items()}}
+        if describe is not None and not sent.get("described"):
+            mlflow_extras.describe_run(client, run_id, describe)  # [mlflow_extras] dataset inputs, data report
+            done["described"] = True
+        if status != sent.get("status"):
+            if status == "RUNNING":
+                client.update_run(run_id, status="RUNNING")
+            else:
+                client.set_terminated(run_id, status=status)
+            done["status"] = status
+        record.change({"k": PARENT, "sent": done})
+
+    # ------------------------------------------------------------------ reads
 
     def _find_child(self, key: str):
         t0 = time.perf_counter()
@@ -488,166 +739,8 @@ class SweepTracking:
         self.sync_s += time.perf_counter() - t0
         return runs[0] if runs else None
 
-    def start_trial(self, trial_config: dict[str, Any], trial_id: str) -> dict[str, Any]:
-        """The trial's run (found by key on resume, else created) and its state. Idempotent
-        within one driver: Tune announces a trial at start and with every result."""
-        from mtbert.config import flatten
-
-        live, key = self.live, trial_config["key"]
-        t = live.trial(key, trial_config["seed"], trial_config["role"])
-        if live.started.get(key) == trial_id:
-            return t
-        live.started[key] = trial_id
-        t["status"] = "RUNNING"
-        tags = {PARENT_TAG: self.parent_run_id, "sweep": self.sweep_name, "trial_key": key,
-                "trial_id": trial_id, "variant": trial_config["variant"], "role": trial_config["role"],
-                "seed": str(trial_config["seed"])}
-        if self.run_name:  # [mlflow_extras] which sweep a row is, in the saved view
-            tags[mlflow_extras.SWEEP_RUN_TAG] = self.run_name
-        if self.commit:
-            tags["git_commit"] = self.commit
-        if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points
-            tags[STANDS_FOR] = ",".join(trial_config[STANDS_FOR])
-        params = [[k, str(v)[:6000]] for k, v in sorted(flatten(trial_config["config"]).items())]
-        # `mtbert train --config config.yaml` re-runs this trial exactly.
-        config = yaml.safe_dump(trial_config["config"], sort_keys=False)
-        # [mlflow_extras] the sweep's source on the run, then (a queued write of its own) its data
-        tags.update(getattr(self, "source_tags", {}))
-        self._put({"do": "child", "ref": key, "tags": tags, "params": params, "config": config})
-        self._put({"do": "describe", "ref": key, "config": trial_config["config"]})
-        if not t["history"] and not live.fresh and self.state_dir is None:
-            t["history"] = self._history_from_mlflow(key)  # a resumed driver with no state log
-        return t
-
-    def log_epoch(self, key: str, result: dict[str, Any]) -> dict[str, float]:
-        """One report: its figures at step=epoch and the node tags, in one write."""
-        from mlflow.entities import Metric  # noqa: F401 - fail here, not in the writer thread
-
-        from mtbert.figures import SUMMARY_KEY
-
-        metrics = epoch_metrics(result)
-        step = int(result["epoch"])
-        live = self.live
-        t = live.trial(key)
-        t["history"][step] = metrics
-        summary = result.get(SUMMARY_KEY)
-        if isinstance(summary, dict):  # train()'s own word on its epochs so far
-            t["summary"] = {k: float(v) for k, v in summary.items() if _number(v) is not None}
-        live.note({"epoch": step, "key": key, "seed": t["seed"], "role": t["role"], "m": metrics,
-                   "s": t.get("summary")})
-        now = int(time.time() * SECONDS)
-        op: dict[str, Any] = {"do": "log", "ref": key,
-                              # [mlflow_extras] system/* keep MLflow's names (the run's System metrics tab)
-                              "metrics": [[k if k.startswith(mlflow_extras.SYSTEM_PREFIX) else EPOCH_PREFIX + k,
-                                           v, now, step] for k, v in metrics.items()]}
-        node = (str(result.get("hostname", "")), str(result.get("node_ip", "")))
-        if live.node.get(key) != node:  # tags only when they change: once per trial
-            live.node[key] = node
-            op["tags"] = [[k, v] for k, v in zip(("node", "node_ip"), node) if v]
-        self._put(op)
-        return metrics
-
-    def history(self, key: str) -> dict[int, dict[str, float]]:
-        return self.live.trial(key)["history"]
-
-    def _history_from_mlflow(self, key: str) -> dict[int, dict[str, float]]:
-        """Per-epoch figures as logged (latest value per step wins: re-run epochs replace)."""
-        self.flush()
-        t0 = time.perf_counter()
-        found = self._find_child(key)
-        out: dict[int, dict[str, tuple[int, float]]] = {}
-        if found is not None:
-            for name in found.data.metrics:
-                if not name.startswith(EPOCH_PREFIX):
-                    continue
-                for m in self.client.get_metric_history(found.info.run_id, name):
-                    slot = out.setdefault(int(m.step), {})
-                    short = name[len(EPOCH_PREFIX):]
-                    if short not in slot or m.timestamp >= slot[short][0]:
-                        slot[short] = (m.timestamp, m.value)
-        self.sync_s += time.perf_counter() - t0
-        return {step: {k: v for k, (_, v) in row.items()} for step, row in out.items()}
-
-    def retried(self, key: str, failures: int, error: str) -> None:
-        self._put({"do": "log", "ref": key, "tags": [["retries", str(failures)], ["last_error", error[:5000]]]})
-
-    def finish(self, trial_config: dict[str, Any], status: str, error: str | None = None,
-               interrupted: str | None = None, train_log: str | None = None) -> dict[str, float]:
-        """Final figures, TM-relative score (when its baseline is in), result.json, the tags
-        and the run's end state: four queued writes, whatever the sweep's size.
-        `interrupted` (why) marks a trial the user, a signal or an outage stopped: KILLED,
-        resumable, never FINISHED."""
-        live, key = self.live, trial_config["key"]
-        t = live.trial(key, trial_config["seed"], trial_config["role"])
-        live.started.pop(key, None)
-        config = trial_config["config"]
-        budget = int(config.get("train", {}).get("epochs", 0)) if "train" in config else 0
-        history = t["history"]
-        tags: dict[str, str] = {"interrupted": interrupted or "false"}
-        final: dict[str, float] = {}
-        metrics: list[list] = []
-        now = int(time.time() * SECONDS)
-        if history:
-            final, basis = trial_figures(history, config, t.get("summary"))
-            tags["tm_time_basis"] = basis
-            tags["stopped_early"] = str(status == "FINISHED" and final["epochs_run"] < budget).lower()
-            metrics = [[k, float(v), now, 0] for k, v in final.items()]
-        else:
-            tags["stopped_early"] = "false"
-        if error:
-            tags["error"] = error[:5000]
-        t.update(final=final or None, status=status)
-        live.note({"final": key, "seed": t["seed"], "role": t["role"], "status": status, "m": final})
-        if status == "FINISHED" and final:
-            for name, value in self._tm_scores(key).items():
-                if name == "tags":
-                    tags.update(value)
-                else:
-                    metrics.append([name, value, now, 0])
-        self._put({"do": "log", "ref": key, "metrics": metrics, "tags": sorted(tags.items())})
-        if final:
-            payload = {"metrics": final, "epochs": [{"epoch": e, **history[e]} for e in sorted(history)],
-                       "config": config, "trial_key": key, "status": status}
-            self._put({"do": "text", "ref": key, "text": json.dumps(payload, indent=2, default=str),
-                       "name": "result.json"})
-        if train_log:
-            self._put({"do": "file", "ref": key, "path": train_log})
-        self._put({"do": "end", "ref": key, "status": status})
-        if status == "FINISHED" and t["role"] == "baseline":
-            for other in sorted(live.waiting.pop(t["seed"], set())):
-                scores = self._tm_scores(other)
-                tag_items = sorted(scores.pop("tags", {}).items())
-                self._put({"do": "log", "ref": other, "tags": tag_items,
-                           "metrics": [[k, v, now, 0] for k, v in scores.items()]})
-        return final
-
-    def _tm_scores(self, key: str) -> dict[str, Any]:
-        """TM-relative scores of a finished trial against its same-seed baseline, from the
-        driver's own record (no MLflow read); a trial whose baseline is not in yet waits."""
-        live = self.live
-        t = live.trials[key]
-        base_key = next((k for k, b in live.trials.items() if b["role"] == "baseline"
-                         and b["seed"] == t["seed"] and b["status"] == "FINISHED" and b["final"]), None)
-        if base_key is None:
-            live.waiting.setdefault(t["seed"], set()).add(key)
-            return {}
-        return tm_scores(t["final"], live.trials[base_key]["final"], live.runs.get(base_key, base_key))
-
-    def close_open(self, reason: str, status: str = "KILLED") -> int:
-        """Trials this driver started and never ended: marked (queued, so an outage keeps them)."""
-        n = 0
-        for key in sorted(self.live.started):
-            self.live.started.pop(key)
-            self.live.trials[key]["status"] = status
-            self._put({"do": "log", "ref": key, "tags": [["interrupted", reason], ["stopped_early", "false"]]})
-            self._put({"do": "end", "ref": key, "status": status})
-            n += 1
-        return n
-
-    # ------------------------------------------------------------------ whole-sweep passes
-
     def children(self) -> list:
-        """Every child run of the sweep: one paged search (run once per pass, never per trial)."""
+        """Every child run of the sweep: one paged search (the sweep's end, never per trial)."""
         t0 = time.perf_counter()
         out, token = [], None
         while True:
@@ -659,55 +752,6 @@ class SweepTracking:
                 break
         self.sync_s += time.perf_counter() - t0
         return out
-
-    def close_open_children(self, status: str = "KILLED", runs: list | None = None) -> int:
-        """No run is left RUNNING when a sweep ends, whatever ended it."""
-        n = 0
-        for run in runs if runs is not None else self.children():
-            if run.info.status == "RUNNING":
-                key = run.data.tags.get("trial_key", run.info.run_id)
-                self.live.runs.setdefault(key, run.info.run_id)
-                self._put({"do": "log", "ref": key, "sweep_pass": True, "tags": [
-                    ["error", "the sweep ended before this trial did"], ["interrupted", "sweep ended"]]})
-                self._put({"do": "end", "ref": key, "status": status, "sweep_pass": True})
-                n += 1
-        self.flush()
-        return n
-
-    def backfill_tm(self, final_pass: bool = False, runs: list | None = None) -> int:
-        """Re-derive every TM-relative score from the final figures in MLflow, whatever the
-        tags say (a resumed trial's figures change after its score was logged). Same-seed
-        baseline first; in the final pass, the mean of finished baselines for trials whose
-        own baseline failed. One read of the sweep; writes only what differs."""
-        self.flush()
-        runs = runs if runs is not None else self.children()
-        runs = [r for r in runs if r.info.status == "FINISHED" and "overall" in r.data.metrics]
-        baselines = {r.data.tags.get("seed"): r for r in runs
-                     if r.data.tags.get("role") == "baseline" and "tm_time_s" in r.data.metrics}
-        updated = 0
-        now = int(time.time() * SECONDS)
-        for run in runs:
-            ref_run = baselines.get(run.data.tags.get("seed"))
-            if ref_run is not None:
-                reference, ref_name = ref_run.data.metrics, ref_run.info.run_id
-            elif final_pass and baselines:
-                reference = mean_reference([b.data.metrics for b in baselines.values()])
-                ref_name = f"mean of {len(baselines)} baseline seeds"
-            else:
-                continue
-            want = tm_scores(run.data.metrics, reference, ref_name)
-            tags = want.pop("tags")
-            stale = {k: v for k, v in want.items() if not _same(run.data.metrics.get(k), v)}
-            stale_tags = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
-            if not stale and not stale_tags:
-                continue
-            key = run.data.tags.get("trial_key", run.info.run_id)
-            self.live.runs.setdefault(key, run.info.run_id)
-            self._put({"do": "log", "ref": key, "metrics": [[k, v, now, 0] for k, v in stale.items()],
-                       "tags": sorted(stale_tags.items()), "sweep_pass": True})
-            updated += 1
-        self.flush()
-        return updated
 
 
 def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
@@ -739,7 +783,9 @@ def tm_scores(trial: dict[str, float], reference: dict[str, float], ref_name: st
 
 
 def _same(a: float | None, b: float) -> bool:
-    return a is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if a is None:
+        return False
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
 
 
 def _log_batch(client, run_id: str, metrics: list, tags: list, params: list) -> None:
@@ -761,10 +807,3 @@ def _artifact_location(uri: str, experiment: str) -> str | None:
         return None  # a server decides (its --artifacts-destination)
     folder = Path(uri[len("sqlite:///"):]).parent / "mlartifacts" / experiment
     return folder.as_uri()
-
-
-def _tag(key: str, value: str):
-    from mlflow.entities import RunTag
-
-    return RunTag(key, str(value))
-

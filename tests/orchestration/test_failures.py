@@ -1,5 +1,5 @@
 """How a trial or the sweep fails, without a sweep: a deterministic error ends the trial with
-its reason (no Ray internals patched), a full sweep folder is measured, the driver's journal
+its reason (no Ray internals patched), a full sweep folder is measured, the driver's record
 survives a full disk, and the one Ray developer API the trainable reads is still there."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from orchestration.run import trainable
 from orchestration.run.callbacks import MIN_FREE, storage_shortfall
 from orchestration.run.launch import parent_status
-from orchestration.track.outbox import Outbox
+from orchestration.track.tracking import SweepRecord, _Syncer
 
 
 def test_a_deterministic_error_ends_the_trial_with_its_reason(tmp_path, monkeypatch):
@@ -62,12 +62,15 @@ class _FullDisk:
 
 def test_the_journal_on_a_full_disk_costs_the_journal_not_the_sweep(tmp_path):
     sent = []
-    box = Outbox(lambda op, replay: sent.append(op["n"]), tmp_path / "queue.jsonl")
-    box._file = _FullDisk()
-    box.put({"n": 1})
-    assert box.flush(timeout=10) and sent == [1]
-    assert box.journal_error is not None and box.journal_error.errno == errno.ENOSPC
-    box.close(timeout=1)
+    record = SweepRecord(tmp_path, fresh=True)
+    record._file = _FullDisk()
+    syncer = _Syncer(sent.append)
+    record.change({"k": "p000-s0", "set": {"status": "FINISHED"}})
+    syncer.mark("p000-s0")
+    assert syncer.flush(timeout=10) and sent == ["p000-s0"]
+    assert record.trials["p000-s0"]["status"] == "FINISHED"  # the record goes on in memory
+    assert record.journal_error is not None and record.journal_error.errno == errno.ENOSPC
+    syncer.close()
 
 
 def test_the_ray_developer_api_the_trainable_reads_is_there():

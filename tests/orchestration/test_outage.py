@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from orchestration.track.tracking import RECORD_FILE, SweepRecord
+
 from .conftest import SERVER_ENV, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
 from .test_e2e import _wait_for, check_children, sweep_runs
 
@@ -127,7 +129,7 @@ def test_short_outage_is_ridden_out(tmp_path, server):
     assert len(parents) == 1
     check_children(client, parents[0], children, n=4)  # every trial once, none RUNNING, all figures
     assert {"leaderboard.md", "leaderboard.csv"} <= {a.path for a in client.list_artifacts(parents[0].info.run_id)}
-    assert not (run_dir / "mlflow_queue.jsonl").read_text()  # drained
+    assert not SweepRecord(run_dir, fresh=False).unsynced()  # every run equal to the driver's record
 
 
 def test_long_outage_stops_cleanly_and_resume_completes(tmp_path, server):
@@ -149,9 +151,9 @@ def test_long_outage_stops_cleanly_and_resume_completes(tmp_path, server):
     storage = tmp_path / "store"
     assert re.fullmatch(
         rf"mtbert: error: tracking server {re.escape(server.uri)} unreachable for \dm\d\ds \(.+\); the sweep "
-        rf"stopped and keeps \d+ unsent MLflow write\(s\) in {re.escape(str(storage / 'long' / 'mlflow_queue.jsonl'))}: "
+        rf"stopped and keeps \d+ unsent MLflow write\(s\) in {re.escape(str(storage / 'long' / RECORD_FILE))}: "
         rf"`\S*mtbert sweep resume long --storage {re.escape(str(storage))}` once it is back", errors[0]), errors[0]
-    assert (storage / "long" / "mlflow_queue.jsonl").read_text().strip()  # the writes wait on disk
+    assert SweepRecord(storage / "long", fresh=False).unsynced()  # what MLflow lacks waits in the record on disk
 
     server.start()
     command = re.search(r"`\S*mtbert (sweep resume [^`]+)`", errors[0]).group(1).split()

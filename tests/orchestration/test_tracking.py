@@ -48,7 +48,7 @@ def run_trial(tracking: SweepTracking, trial: dict, overalls: list[float], time_
         tracking.log_epoch(trial["key"], report(epoch, overall, time_per_epoch, size, best))
     tracking.finish(trial, status, error=error)
     assert tracking.flush()
-    return tracking.live.runs[trial["key"]]
+    return tracking.run_id(trial["key"])
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,6 @@ def swept(tmp_path_factory):
         "p001-s1": run_trial(tracking, trials["p001-s1"], [0.10], 4.0, 1.5, status="FAILED",
                              error="ValueError: boom"),
     }
-    tracking.backfill_tm(final_pass=True)
     return tracking, trials, ids
 
 
@@ -139,11 +138,11 @@ def test_resumed_trial_continues_its_own_run(swept):
     revived = pickle.loads(pickle.dumps(tracking))  # what a restored sweep driver holds
     revived.start_trial(trials["p000-s0"], "new-trial-id")
     assert revived.flush()
-    run_id = revived.live.runs["p000-s0"]
+    run_id = revived.run_id("p000-s0")
     assert run_id == ids["p000-s0"]  # found again, not created twice
     assert revived.client.get_run(run_id).data.tags["trial_id"] == "new-trial-id"
     assert revived.client.get_run(run_id).info.status == "RUNNING"
-    assert revived.history("p000-s0")[3]["overall"] == 0.50  # read back from MLflow
+    assert revived.history("p000-s0")[3]["overall"] == 0.50  # the driver's record, not re-read
     revived.log_epoch("p000-s0", report(2, 0.55, 5.0, 1.0, (0.55, 2)))  # the epoch ran again
     assert revived.history("p000-s0")[2]["overall"] == 0.55  # the latest value per step wins
     keys = [r.data.tags["trial_key"] for r in revived.children()]
@@ -161,7 +160,8 @@ def test_no_run_left_running(swept):
     extra = dict(trials["p000-s0"], key="p009-s0", variant="p009")
     tracking.start_trial(extra, "x")
     assert tracking.flush()
-    assert tracking.close_open_children() == 1
+    assert tracking.close_open("sweep ended") == 1
+    assert tracking.flush()
     assert all(r.info.status != "RUNNING" for r in tracking.children())
 
 
