@@ -21,7 +21,7 @@ SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "shar
                "loss.gradnorm.alpha": "alpha", "loss.dwa.temperature": "dwa_T", "loss.cagrad.c": "c",
                # the same settings as logged since each method owns its settings (loss.weighting.<setting>)
                "loss.weighting.alpha": "alpha", "loss.weighting.temperature": "dwa_T", "loss.weighting.c": "c",
-               "sampling.temperature": "T", "sampling.strategy.temperature": "T"}
+               "sampling.temperature": "T", "sampling.strategy.temperature": "T", "sampling.steps_per_epoch": "steps"}
 
 
 def parse_param(text: Any) -> Any:
