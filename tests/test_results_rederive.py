@@ -1,4 +1,4 @@
-"""docs/results/rederive_findings.py: the study's verdicts read back from its printed intervals."""
+"""docs/results/rederive_findings.py: the first study's verdicts read back from its printed intervals."""
 import shutil
 import subprocess
 import sys
@@ -16,7 +16,7 @@ def rederive(path: Path) -> str:
 
 
 def test_the_committed_table_is_what_the_script_gives(tmp_path):
-    committed = ROOT / "docs" / "results" / "study" / "findings.md"
+    committed = ROOT / "docs" / "results" / "study" / "first_study_findings.md"
     copy = tmp_path / "findings.md"
     shutil.copy(committed, copy)
     text = rederive(copy)

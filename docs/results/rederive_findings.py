@@ -1,6 +1,6 @@
 """Re-derive a findings table's verdicts from the intervals it prints, without the runs.
 
-    python docs/results/rederive_findings.py docs/results/study/findings.md sweeps/study/*.yaml
+    python docs/results/rederive_findings.py docs/results/study/first_study_findings.md sweeps/study/*.yaml
 
 Reads each row's claim and its `mean ± half [low, high] (n=N)` (fixed design, 3 decimals),
 decides the claims the sweep files declare (matched by name, in the table's order) with
@@ -25,17 +25,15 @@ ROUNDING = 0.0005  # half the last printed digit
 NUMBER = r"[-+]?\d+\.\d+"
 ROW = re.compile(rf"^\| (?P<claim>.+?) \|.*?\| (?P<mean>{NUMBER}) ± (?P<half>{NUMBER}) "
                  rf"\[(?P<low>{NUMBER}), (?P<high>{NUMBER})\] \(n=(?P<n>\d+)")
-HEADING = """# Findings, re-derived from the printed intervals
+HEADING = """# The first study's findings, re-derived from the printed intervals
 
-Re-derived from the study's intervals as `mtbert findings` printed them (3 decimals, fixed
-design), not from its runs: the spread is read back from each half-width (s = h √n /
-t(0.975, n−1)) and the verdicts of orchestration/report/verdicts.py applied with δ = 0.01 and the
-papers' own effects, by
+The first study (125 trials, fixed seeds, fp32), before adaptive seeds and probed heads; the
+study as it stands is [README.md](README.md) and [findings.md](findings.md). Re-derived from its
+intervals as `mtbert findings` printed them (3 decimals, fixed design), not from its runs: the
+spread is read back from each half-width (s = h √n / t(0.975, n−1)) and the verdicts of
+orchestration/report/verdicts.py applied with δ = 0.01 and the papers' own effects, by
 
-    python docs/results/rederive_findings.py docs/results/study/findings.md sweeps/study/*.yaml
-
-`mtbert findings sweeps/study/*.yaml --tracking-uri sqlite:///$PWD/runs/study/mlflow.db
---output docs/results/study/findings.md` writes the table from the unrounded runs instead.
+    python docs/results/rederive_findings.py docs/results/study/first_study_findings.md sweeps/study/*.yaml
 
 """
 
@@ -66,7 +64,9 @@ def main(path: str, sweep_files: list[str]) -> None:
     file = Path(path)
     printed = {m["claim"]: m.groupdict() for m in map(ROW.match, file.read_text().splitlines()) if m}
     order = list(printed)
-    claims = sorted((c for f in sweep_files for c in read_claims(f)),
+    # The printed intervals are fixed-design ones (`(n=N)`, no looks): read them as such even
+    # where the sweep files have since declared adaptive seeds.
+    claims = sorted((dataclasses.replace(c, looks=None) for f in sweep_files for c in read_claims(f)),
                     key=lambda c: order.index(c.name) if c.name in order else len(order))
     rows = []
     for claim in claims:
