@@ -426,6 +426,10 @@ class _Counting:
 # Records by sweep: Tune unpickles its own copy of the callbacks on restore, and the launcher
 # holds another; both must change the same record.
 _RECORDS: dict[str, SweepRecord] = {}
+# parent run id -> the driver's own SweepTracking. Tune unpickles its own copy of the callbacks
+# on resume; that copy takes the driver's store and sweep folder, so a sweep folder moved or
+# copied since it was saved writes where the driver reads, never to the folder it came from.
+_DRIVERS: dict[str, SweepTracking] = {}
 
 
 class SweepTracking:
@@ -451,9 +455,21 @@ class SweepTracking:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_client": None, "_record": None, "fresh": False}
 
+    def __setstate__(self, state: dict) -> None:
+        # A sweep folder saved by an older mtbert pickled other private fields (the write
+        # queue's `_live`): keep the fields this class still has and default the rest, so
+        # `sweep resume` continues such a sweep instead of failing in Tune's setup.
+        self.__init__(state["uri"], state["experiment_id"], state["parent_run_id"], state["sweep_name"])
+        self.__dict__.update({k: v for k, v in state.items() if k in self.__dict__})
+        self._client, self._record, self.fresh = None, None, False
+        driver = _DRIVERS.get(self.parent_run_id)
+        if driver is not None:
+            self.uri, self.state_dir = driver.uri, driver.state_dir
+
     @property
     def record(self) -> SweepRecord:
         if self._record is None:
+            _DRIVERS.setdefault(self.parent_run_id, self)  # the first to ask is the driver
             key = self.state_dir or self.parent_run_id
             if key not in _RECORDS:
                 record = SweepRecord(Path(self.state_dir) if self.state_dir else None, self.fresh)
@@ -478,6 +494,7 @@ class SweepTracking:
 
     def release(self) -> None:
         """End of this driver's sweep: the sync thread stops, the record's file closes."""
+        _DRIVERS.pop(self.parent_run_id, None)
         record = _RECORDS.pop(self.state_dir or self.parent_run_id, None)
         if record is not None:
             record.syncer.close()
