@@ -229,6 +229,24 @@ class Points(Dimension):
         return {"type": self.type_name, "keys": self.config_keys(), "values": self.points}
 
 
+def dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested or dotted overrides -> dotted; a loss.weights mapping stays one value, and so does
+    a component given with its name ({name: cagrad, c: 0.2} replaces the method and all its
+    settings; without a name, each setting is set over the method already there)."""
+    from mtbert.config import component_keys
+
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        full = f"{prefix}{key}"
+        whole = full in ("loss.weights", "data.files", "heads.task_dropout") or (
+            full in component_keys() and isinstance(value, dict) and "name" in value)
+        if isinstance(value, dict) and value and not whole:
+            out.update(dotted(value, full + "."))
+        else:
+            out[full] = value
+    return out
+
+
 def round_simplex(weights: dict[str, float]) -> dict[str, float]:
     """Round to SIMPLEX_DECIMALS and put the rounding error on the largest weight, so the
     weights still sum to exactly 1 at that precision."""
@@ -322,8 +340,6 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
 
 
 def _parse_points(key: str, raw: dict, where: str) -> Points:
-    from orchestration.sweep.spec import _dotted  # spec imports this module: import when used
-
     values = raw.get("values")
     if not isinstance(values, list) or not values:
         raise SweepError(f"{where}.values: expected a non-empty list of points, each a mapping of "
@@ -333,7 +349,7 @@ def _parse_points(key: str, raw: dict, where: str) -> Points:
         at = f"{where}.values[{i}]"
         if not isinstance(value, dict):
             raise SweepError(f"{at}: expected a mapping of config keys to values, got {value!r}")
-        point = _dotted(value)
+        point = dotted(value)
         for name in point:
             if name == "train.seed":
                 raise SweepError(f"{at}.{name}: use the top-level `seeds:` list for seeds")

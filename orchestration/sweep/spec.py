@@ -61,7 +61,7 @@ from mtbert.config import (ConfigError, coerce, build_config, parse_override, re
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
-from orchestration.sweep.space import Dimension, Points, parse_dimension, values_of
+from orchestration.sweep.space import Dimension, Points, dotted, parse_dimension, values_of
 
 
 # --------------------------------------------------------------------------- schema
@@ -188,7 +188,7 @@ def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
     out = {k: v for k, v in REFERENCE.items() if not k.startswith("train.")}
     out.update({"sts.head": None, "optim.head_lr": None, "model.pooling": "mean"})
-    out.update(_dotted(extra or {}))
+    out.update(dotted(extra or {}))
     return out  # searched configurations per seed (plus the baseline)
 SMOKE_MAX_TINY_LAYERS = 12
 DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
@@ -320,7 +320,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     if spec.reference is not False:
         reference = reference_overrides(spec.reference if isinstance(spec.reference, dict) else None)
     sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
-                  baseline=_dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
+                  baseline=dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
                   reference=reference, adaptive=adaptive)
     _check_dims(sweep, where)
     _check_baseline(sweep, where)
@@ -391,24 +391,6 @@ def _shrink_sweep(raw: dict, smoke_sweep: dict[str, Any], where: str) -> None:
         set_dotted(raw, key, value)
 
 
-def _dotted(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested or dotted overrides -> dotted; a loss.weights mapping stays one value, and so does
-    a component given with its name ({name: cagrad, c: 0.2} replaces the method and all its
-    settings; without a name, each setting is set over the method already there)."""
-    from mtbert.config import component_keys
-
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        full = f"{prefix}{key}"
-        whole = full in ("loss.weights", "data.files", "heads.task_dropout") or (
-            full in component_keys() and isinstance(value, dict) and "name" in value)
-        if isinstance(value, dict) and value and not whole:
-            out.update(_dotted(value, full + "."))
-        else:
-            out[full] = value
-    return out
-
-
 def _load_base(spec: SweepFile, path: Path, where: str, config_set: dict, smoke_config: dict) -> dict:
     base: dict[str, Any] = {}
     if spec.base_config:
@@ -418,7 +400,7 @@ def _load_base(spec: SweepFile, path: Path, where: str, config_set: dict, smoke_
             base = read_yaml(ref)
         except ConfigError as exc:
             raise SweepError(f"{where}: base_config: {exc}") from None
-    for key, value in _dotted(spec.base or {}).items():
+    for key, value in dotted(spec.base or {}).items():
         set_dotted(base, key, value)
     for key, value in {**smoke_config, **config_set}.items():
         set_dotted(base, key, value)
@@ -531,7 +513,7 @@ def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
     depths = [2]
     for key in DEPTH_KEYS:
         depths += [v for v in values_of(dims, key) if isinstance(v, int) and not isinstance(v, bool)]
-    for key, value in _dotted(baseline).items():
+    for key, value in dotted(baseline).items():
         if key in DEPTH_KEYS and isinstance(value, int):
             depths.append(value)
     sharing = (base.get("sharing") or {}).get("encoder_shared_layers")
