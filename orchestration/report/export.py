@@ -176,3 +176,12 @@ def html_page(title: str, tables: list[Table]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>{html.escape(title or 'mtbert')}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n"
             f"{heading}{''.join(html_table(t) for t in tables)}</body>\n</html>\n")
+
+
+def document(fmt: str, title: str, tables: list[Table], md_between: str = "") -> str:
+    """The tables in `fmt` (md, latex or html), md's joined by `md_between`."""
+    if fmt == "latex":
+        return latex_document(title, tables)
+    if fmt == "html":
+        return html_page(title, tables)
+    return md_between.join(markdown(t) for t in tables)

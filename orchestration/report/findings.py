@@ -20,13 +20,13 @@ within one sweep is an error naming them (the selector is too loose).
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import pandas as pd
 
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
+from orchestration.report.leaderboard import _col
 from orchestration.report.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, OUTCOMES, Verdict, decide
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
 from orchestration.sweep.labels import parse_param
@@ -60,11 +60,8 @@ def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str
                                   output_format="pandas", max_results=50000)
     if runs.empty:
         return runs
-    runs = runs[runs.get("tags.role", pd.Series("", index=runs.index)).fillna("") != "sweep"]
+    runs = runs[_col(runs, "tags.role").fillna("") != "sweep"]
     return runs.assign(experiment=runs["experiment_id"].map(found))
-
-
-NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]:
@@ -75,6 +72,8 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
 
     from mlflow.tracking import MlflowClient
 
+    from orchestration.report.leaderboard import no_download_bar
+
     client = MlflowClient(uri)
     found = client.search_experiments(max_results=1000)
     if experiments:
@@ -83,9 +82,7 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
             raise SweepError(f"--experiment {missing[0]}: no such experiment in {uri}")
         found = [e for e in found if e.name in experiments]
     claims: list[Claim] = []
-    bar = os.environ.get(NO_BAR)
-    os.environ[NO_BAR] = "false"  # MLflow draws a download bar per file on stderr
-    try:
+    with no_download_bar():
         for experiment in sorted(found, key=lambda e: e.name):
             parents = client.search_runs([experiment.experiment_id], "tags.role = 'sweep' and tags.claims != '0'",
                                          order_by=["attributes.start_time DESC"], max_results=1)
@@ -94,11 +91,6 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
                     path = client.download_artifacts(parents[0].info.run_id, CLAIMS_FILE, folder)
                     with open(path, encoding="utf-8") as f:
                         claims += from_doc(f.read())
-    finally:
-        if bar is None:
-            os.environ.pop(NO_BAR, None)
-        else:
-            os.environ[NO_BAR] = bar
     if not claims:
         raise SweepError(f"{uri}: no sweep{' of ' + ', '.join(experiments) if experiments else ''} logged "
                          "claims; name the sweep files that declare them: mtbert findings sweeps/study/*.yaml "
@@ -108,31 +100,18 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
 
 # --------------------------------------------------------------------------- matching
 
-def _same(value: Any, want: Any) -> bool:
-    return same(parse_param(value), want)  # MLflow params are text
-
-
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
     keep = pd.Series(True, index=runs.index)
     if "role" not in selector:  # the frozen reference shares keys with real rows (k = null): named only
-        keep &= runs.get("tags.role", pd.Series(None, index=runs.index)) != "reference"
+        keep &= _col(runs, "tags.role") != "reference"
     for key, want in selector.items():
-        if key == "experiment":
-            col = runs["experiment"]
-        elif key == "role":
-            col = runs.get("tags.role", pd.Series(None, index=runs.index))
-        elif isinstance(want, dict):
-            for sub, sub_want in want.items():
-                col = runs.get(f"params.{key}.{sub}", pd.Series(None, index=runs.index))
-                keep &= col.map(lambda v, w=sub_want: isinstance(v, str) and _same(v, w))
+        if key in ("experiment", "role"):
+            keep &= _col(runs, "experiment" if key == "experiment" else "tags.role").map(lambda v, w=want: v == w)
             continue
-        else:
-            col = runs.get(f"params.{key}")
-            if col is None:
-                return pd.Series(False, index=runs.index)
-            keep &= col.map(lambda v, w=want: isinstance(v, str) and _same(v, w))
-            continue
-        keep &= col.map(lambda v, w=want: v == w)
+        # A weight mapping is spread over loss.weights.<task> params; MLflow params are text.
+        wants = {f"{key}.{sub}": w for sub, w in want.items()} if isinstance(want, dict) else {key: want}
+        for name, w in wants.items():
+            keep &= _col(runs, f"params.{name}").map(lambda v, w=w: isinstance(v, str) and same(parse_param(v), w))
     return keep
 
 
@@ -144,8 +123,8 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
     col = f"metrics.{metric}"
     if hit.empty or col not in hit:
         return {}
-    hit = hit.assign(_parent=hit.get("tags.mlflow.parentRunId", pd.Series("", index=hit.index)).fillna(""),
-                     _variant=hit.get("tags.variant", pd.Series("", index=hit.index)).fillna(""))
+    hit = hit.assign(_parent=_col(hit, "tags.mlflow.parentRunId").fillna(""),
+                     _variant=_col(hit, "tags.variant").fillna(""))
     latest = hit.sort_values("start_time").iloc[-1]["_parent"]
     hit = hit[hit["_parent"] == latest]
     variants = sorted(hit["_variant"].unique())

@@ -4,29 +4,22 @@ explains, with an interval from resampling seeds.
 
     mtbert importance --experiment smoke                      # the table; the bar chart beside it
 
-Method. One point per configuration: its figures averaged over its seeds. An in-memory Optuna
-study holds one trial per configuration, its params the configuration's values of the swept
-keys: a grid or choice is categorical (a string, boolean, list or weighting by its label), a
-range is a number (int for randint, float on a log scale for loguniform); a key that took one
-value is left out. A `points` dimension (tied keys: each point sets several keys together) is
-one categorical factor, named by its space key and labelled by its point's values: its keys
-move together, so a share per key would split one effect between them at random. Optuna's
-fANOVA evaluator gives each key's share of the figure's variance
-that the key explains on its own (main effects, normalised to sum to 1 over the keys).
-
-Why fANOVA, not PED-ANOVA: fANOVA fits a random forest to every configuration and decomposes
-its prediction's variance, so a sweep of 5-50 configurations uses all of them, whichever way
-the figure is better. PED-ANOVA compares the configurations above a quantile (the top 10%)
-with all of them: one or two configurations at this size (its authors want at least 5 above
-the quantile), so whichever pair happened to win would decide the importances.
+Method. One point per configuration: its figures averaged over its seeds, one trial of an
+in-memory Optuna study whose params are the configuration's values of the swept keys (a grid
+or choice categorical, a range a number; a key that took one value is left out). A `points`
+dimension (tied keys set together) is one categorical factor: a share per key would split one
+effect between its keys at random. Optuna's fANOVA gives each key's main-effect share of the
+figure's variance (summing to 1 over the keys). Not PED-ANOVA: it compares the configurations
+above a quantile (the top 10%) with all of them, one or two at this sweep size, so whichever
+pair happened to win would decide; fANOVA's forest uses every configuration.
 
 Interval. RESAMPLES times (a fixed RNG seed): each configuration's seeds drawn with
-replacement, its means recomputed, the importances recomputed; the 2.5 and 97.5 percentiles
-are the 95% interval. With one seed per configuration there is nothing to resample: no interval.
+replacement, the importances recomputed; the 2.5 and 97.5 percentiles are the 95% interval.
+One seed per configuration: no interval.
 
 The configurations: the searched ones, and the baseline where it stands for a searched point
-(plan.py: the same config at the same seed, trained once). Any other baseline, and the frozen
-reference, differ from the space outside its keys, which would read as an effect of the keys.
+(plan.py). Any other baseline, and the frozen reference, differ from the space outside its
+keys, which would read as an effect of the keys.
 
 Stored on the parent run (importance.csv, importance.png) by the end of a sweep and by `mtbert
 importance`; `mtbert leaderboard` shows the stored table when it was computed from the
@@ -36,6 +29,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -46,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from orchestration.errors import SweepError
+from orchestration.report import export
 from orchestration.report.export import Cell
 from orchestration.sweep.labels import STANDS_FOR, parse_param
 from orchestration.sweep.space import POINTS_TAG
@@ -62,7 +58,6 @@ MAX_NUMERIC_CATEGORIES = 8  # a grid/choice of more numbers than this is read as
 CSV = "importance.csv"
 PNG = "importance.png"
 SPACE_DOC = "search_space.json"  # the parent's artifact that describes each dimension (launch.py)
-NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 COLUMNS = ["figure", "dimension", "importance", "low", "high", "configurations", "runs", "resamples"]
 
 
@@ -184,16 +179,15 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
 def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
            space: dict[str, dict] | None = None) -> Points:
     """The sweep's configurations from its child runs (leaderboard.child_runs' frame)."""
-    from orchestration.report.leaderboard import _weights
+    from orchestration.report.leaderboard import _col, _weights
 
     keys = _space_keys(parent_tags)
-    col = lambda name: runs[name] if name in runs.columns else pd.Series(None, index=runs.index)  # noqa: E731
-    keep = (col("status") == "FINISHED") & eligible(col("tags.role"), col(f"tags.{STANDS_FOR}"))
+    keep = (_col(runs, "status") == "FINISHED") & eligible(_col(runs, "tags.role"), _col(runs, f"tags.{STANDS_FOR}"))
     done = runs[keep]
     names = figures(parent_tags, tm)
-    frame = pd.DataFrame({"variant": col("tags.variant")[keep].values})
+    frame = pd.DataFrame({"variant": _col(runs, "tags.variant")[keep].values})
     for name in names:
-        frame[name] = pd.to_numeric(col(f"metrics.{name}")[keep], errors="coerce").values
+        frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}")[keep], errors="coerce").values
     params_cols = [c for c in done.columns if c.startswith("params.")]
     first = done.assign(_variant=frame["variant"].values).drop_duplicates("_variant")
     raw: dict[str, list[Any]] = {k: [] for k in keys}
@@ -224,27 +218,17 @@ def space_doc(uri: str, parent) -> dict[str, dict] | None:
 def _parent_artifact(uri: str, parent, name: str) -> str | None:
     """A small text artifact of the parent run: read in place when local (no MLflow), else
     downloaded; None when the run has none."""
-    from orchestration.report.leaderboard import _client, _local_artifact_dir
+    from orchestration.report.leaderboard import _client, _local_artifact_dir, no_download_bar
 
     folder = _local_artifact_dir(getattr(parent.info, "artifact_uri", None))
     if folder is not None:
         path = folder / name
         return path.read_text() if path.is_file() else None
-    import os
-    import tempfile
-
-    bar = os.environ.get(NO_BAR)
-    os.environ[NO_BAR] = "false"  # MLflow draws a download bar per file on stderr
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, no_download_bar():
             return Path(_client(uri).download_artifacts(parent.info.run_id, name, tmp)).read_text()
     except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing artifact
         return None
-    finally:
-        if bar is None:
-            os.environ.pop(NO_BAR, None)
-        else:
-            os.environ[NO_BAR] = bar
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -298,13 +282,9 @@ def compute(p: Points, resamples: int = RESAMPLES, rng_seed: int = RNG_SEED) -> 
     check_resamples(resamples)
     if p.values.empty:
         return pd.DataFrame(columns=COLUMNS)
-    order = list(p.values.index)
     y = p.runs[p.figures].to_numpy(dtype=float)
-    where = {v: i for i, v in enumerate(order)}
-    groups = [[] for _ in order]
-    for i, variant in enumerate(p.runs["variant"]):
-        groups[where[variant]].append(i)
-    groups = [np.asarray(g) for g in groups]
+    rows_of = p.runs.groupby("variant", sort=False).indices  # variant -> its runs' positions
+    groups = [rows_of[v] for v in p.values.index]
 
     def means(picks: list[np.ndarray]) -> np.ndarray:
         with warnings.catch_warnings():  # a configuration whose drawn seeds lack a figure: NaN
@@ -363,30 +343,41 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
     return None, f"not computed from these {runs} finished runs yet"
 
 
+def _points(uri: str, experiment_id: str, parent) -> Points:
+    """The points of a sweep's finished runs, read with the leaderboard's keys in one read."""
+    from orchestration.report.leaderboard import _union, child_runs, headline_tm, table_keys
+
+    tags = parent.data.tags
+    runs = child_runs(uri, experiment_id, parent.info.run_id, *_union(table_keys(tags), importance_keys(tags)))
+    return points(runs, tags, headline_tm(tags, runs), space_doc(uri, parent))
+
+
+def _store(found: pd.DataFrame, title: str, log_file: Callable[[Path], None], plot: str | Path | None = None):
+    """importance.csv and importance.png, each given to `log_file`; the PNG copied to `plot`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / CSV
+        csv.write_text(found.to_csv(index=False))
+        png = plot_importance(found, Path(tmp) / PNG, title=title)
+        for file in (csv, png):
+            log_file(file)
+        if plot is not None:
+            Path(plot).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, plot)
+
+
 def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
     """importance.csv and importance.png on the sweep's parent run, from the final figures: at the
     end of a sweep, so its leaderboard (leaderboard.md, `mtbert leaderboard`) shows them."""
-    import tempfile
-
-    from orchestration.report.leaderboard import _union, child_runs, headline_tm, table_keys
-
     parent = tracking.client.get_run(tracking.parent_run_id)
-    tags = parent.data.tags
-    runs = child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id,
-                      *_union(table_keys(tags), importance_keys(tags)))
-    p = points(runs, tags, headline_tm(tags, runs), space_doc(tracking.uri, parent))
+    p = _points(tracking.uri, tracking.experiment_id, parent)
     if len(p.values) < MIN_CONFIGURATIONS or len(p.dims) < 2:
         return False  # with one swept dimension all of the variation is its own: nothing to rank
     if len(p.values) > AT_END_MAX_CONFIGURATIONS:
         log(f"importance of the swept dimensions: {len(p.values)} configurations, more than the end of a "
             f"sweep fits ({AT_END_MAX_CONFIGURATIONS}); `mtbert importance` computes it")
         return False
-    found = compute(p)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / CSV).write_text(found.to_csv(index=False))
-        plot_importance(found, Path(tmp) / PNG, title=parent.info.run_name)
-        for name in (CSV, PNG):
-            tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
+    _store(compute(p), parent.info.run_name, lambda file: tracking.client.log_artifact(tracking.parent_run_id,
+                                                                                       str(file)))
     return True
 
 
@@ -439,32 +430,23 @@ def caption(found: pd.DataFrame, bold: bool = False) -> str:
             + (" – : not assessed." if found["importance"].isna().any() else ""))
 
 
-def export_table(found: pd.DataFrame):
+def export_table(found: pd.DataFrame) -> export.Table:
     """The table as the printed formats take it (orchestration/report/export.py)."""
-    from orchestration.report import export
-
     headers, rows = display_rows(found)
     bold = any(c.bold for row in rows for c in row)
     return export.Table(headers, rows, caption(found, bold), left=1, css="mtbert-importance")
 
 
 def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
-    from orchestration.report import export
-    from orchestration.report.leaderboard import FORMATS, IMPORTANCE_HEADING
+    from orchestration.report.leaderboard import IMPORTANCE_HEADING, check_format
 
-    if fmt not in FORMATS:
-        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    check_format(fmt)
     if fmt == "csv":
         return found.to_csv(index=False)
     if found.empty:
         return ""
-    table = export_table(found)
-    title = f"{IMPORTANCE_HEADING}: {title}" if title else IMPORTANCE_HEADING
-    if fmt == "html":
-        return export.html_page(title, [table])
-    if fmt == "latex":
-        return export.latex_document(title, [table])
-    return export.markdown(table)
+    return export.document(fmt, f"{IMPORTANCE_HEADING}: {title}" if title else IMPORTANCE_HEADING,
+                           [export_table(found)])
 
 
 def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -505,28 +487,17 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
                say=None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run) of `mtbert importance`: computed from the
     sweep's finished runs, stored on its parent run (CSV, PNG) and drawn to `plot`."""
-    import shutil
-    import tempfile
-
-    from orchestration.report.leaderboard import _union, child_runs, find_sweep, headline_tm, log_artifact, table_keys
+    from orchestration.report.leaderboard import find_sweep, log_artifact
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
-    tags = parent.data.tags
-    runs = child_runs(uri, experiment_id, parent.info.run_id, *_union(table_keys(tags), importance_keys(tags)))
-    p = points(runs, tags, headline_tm(tags, runs), space_doc(uri, parent))
+    p = _points(uri, experiment_id, parent)
     name = f"sweep {parent.info.run_name} ({parent.info.run_id})"
     if len(p.values) < MIN_CONFIGURATIONS:
         raise SweepError(f"{name}: importance needs at least {MIN_CONFIGURATIONS} finished searched "
                          f"configurations; it has {len(p.values)}")
     if not p.dims:
+        tags = parent.data.tags
         raise SweepError(f"{name}: no swept key ({', '.join(_space_keys(tags)) or 'none'}) took more than one value")
     found = compute(p, RESAMPLES if resamples is None else resamples)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / CSV).write_text(found.to_csv(index=False))
-        png = plot_importance(found, Path(tmp) / PNG, title=parent.info.run_name)
-        for file in (Path(tmp) / CSV, png):
-            log_artifact(uri, parent, file)
-        if plot is not None:
-            Path(plot).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(png, plot)
+    _store(found, parent.info.run_name, lambda file: log_artifact(uri, parent, file), plot)
     return render(found, fmt, parent.info.run_name), found, parent

@@ -2,49 +2,39 @@
 
     mtbert leaderboard --experiment smoke --format md
 
-One row per configuration: regime (head regime, encoder sharing k, and any other swept key or
-baseline override off its default), learning rate, loss weights, best dev overall and its epoch, the task
-scores at that epoch, train time, model size, peak memory and TM-relative score. The baseline is marked
-with * and pinned first, as in the paper. A configuration run under several seeds is one
-row of mean ± the 95% t-interval half-width (n seeds; orchestration/stats.py), a count (the
-epoch) its seeds' median and range, and Δ overall is its difference to the baseline paired by
-seed (the mean of per-seed differences ± its own 95% t-interval, n paired seeds). Each column's
-best value is bold. A sweep's frozen reference (`reference: true`, role `reference`) is
-labelled as such, and the caption names the rows whose mean falls below it, task by task; the
-caption is a legend for what the table shows, no more. Columns are picked by their csv names
-(Column, --columns); md, latex and html are written by orchestration/report/export.py. Runs come from
-MLflow (pandas): the child runs of one sweep's parent run, by default the experiment's latest
+One row per configuration: its labels (regime: head regime, encoder sharing k and any other
+swept or baseline key off its default; learning rate; loss weights), best dev overall and its
+epoch, the task scores at that epoch, train time, model size, peak memory and the TM-relative
+scores. The baseline is marked * and pinned first. A configuration run under several seeds is
+one row of mean ± 95% t-interval half-width (orchestration/stats.py), a count (the epoch) its
+seeds' median and range, and Δ overall its difference to the baseline paired by seed. Each
+column's best value is bold; the caption is a legend for what the table shows, no more. Runs
+come from MLflow: the child runs of one sweep's parent run, by default the experiment's latest
 sweep with a finished trial.
 
-Differences from the paper's tables, on purpose: epochs are 1-based; model size is in MB;
-the TM-relative column is the ratio itself (the baseline scores 1.0), where the paper prints
-it multiplied by the baseline's overall score.
+Unlike the paper, on purpose: epochs are 1-based, model size is in MB, and TM-relative is the
+ratio itself (the baseline scores 1.0), not multiplied by the baseline's overall score.
 
-Two TM-relative columns, the sweep's headline first (tracking.tm_score, tm.py): compute (counted
-training FLOPs: the same configuration and seed score the same on any machine, busy or not) by
-default, and wall (measured train time) beside it. The same configuration trained twice got
-wall-clock scores of 1.000 and 0.609 on a loaded machine, so a row whose runs' train times
-differ by more than WALL_SPREAD is marked: its wall column measured the machine as much as the
-configuration. A searched point identical to the baseline was trained once, as the baseline
-(plan.py): that row says so. Below the table, the importance of each swept key per figure
-(orchestration/report/importance.py), when it was computed from these runs.
+Two TM-relative scores, the sweep's headline (tracking.tm_score, tm.py) first: compute (counted
+training FLOPs: the same on any machine, busy or not) and wall (measured train time). The same
+configuration trained twice scored 1.000 and 0.609 on wall time on a loaded machine, so a row
+whose train times differ by more than WALL_SPREAD is marked.
 
 The Pareto plot puts overall against the headline score's cost on the full-epoch-budget basis
-(training FLOPs, tm_flops, or train time, tm_time_s; see tm.py), so trials ASHA stopped are not
-drawn as cheap. Each point is labelled as its table row, with its seeds' intervals as bars; the
-axes never zoom so far that noise looks like a difference; marker area gives model size where
-sizes differ by more than SIZE_SPREAD; the non-dominated configurations are joined by a step
-line.
+(tm.py), so trials ASHA stopped are not drawn as cheap.
 """
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import sys
 import urllib.parse
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Sequence
+from unittest import mock
 
 import pandas as pd
 
@@ -58,8 +48,7 @@ from orchestration.stats import paired_delta, t_quantile
 from orchestration.sweep.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
-# The papers' names of the task scores; task columns come from the sweep's task_metrics tag.
-# The figures the table reads, their headers, formats and directions: mtbert/figures.py (on_board).
+# The papers' names of the task scores; the other figures' headers: mtbert/figures.py.
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
 DELTA_METRIC = "overall"  # the Δ-vs-baseline column: paired by seed
 REFERENCE_LABEL = "frozen reference"
@@ -74,8 +63,7 @@ REASON_CHARS = 60  # of a failed trial's reason in its row (the csv keeps 200, M
 
 @dataclass(frozen=True)
 class Column:
-    """A column of the printed table. `key` names it in the csv (a figure as MLflow names it)
-    and is what `mtbert leaderboard --columns` picks it by."""
+    """A column of the printed table; `key` names it in the csv and in --columns."""
     key: str
     header: str
     fmt: str = ".3f"
@@ -85,24 +73,15 @@ class Column:
 
 LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
-# The table's own columns, beside the figures it reads from the runs.
 DELTA = Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max")
 N = Column("n", "n")
 
 
-def figure_column(f: figures.Figure) -> Column:
-    # A count (the epoch) has a direction to sort by but no best to bold.
-    return Column(f.name, TASK_LABELS.get(f.name, f.label), f.fmt, "" if f.count else f.better, f.count)
-
-
 def figure_columns(task_metrics: Sequence[str]) -> dict[str, Column]:
-    """The figures the table reads from a sweep's runs (task scores `task_metrics`), in order."""
-    return {f.name: figure_column(f) for f in figures.on_board(task_metrics)}
-
-
-def lower_is_better(key: str) -> bool:
-    # wall_time_spread: the table's own measure of how far a configuration's train times differ.
-    return key == "wall_time_spread" or figures.better(key) == "min"
+    """The figures the table reads from a sweep's runs (task scores `task_metrics`), in order.
+    A count (the epoch) has a direction to sort by but no best to bold."""
+    return {f.name: Column(f.name, TASK_LABELS.get(f.name, f.label), f.fmt, "" if f.count else f.better, f.count)
+            for f in figures.on_board(task_metrics)}
 
 
 HEADERS = {**{k: c.header for k, c in figure_columns(list(TASK_LABELS)).items()},
@@ -115,6 +94,11 @@ def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(uri)
+
+
+def no_download_bar():
+    """MLflow draws a download bar per file on stderr: off, within this context."""
+    return mock.patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
 
 
 # A sqlite store is read with plain SQL over MLflow's own tables: MLflow has no public reader
@@ -151,9 +135,8 @@ def _connect(uri: str) -> sqlite3.Connection:
 
 
 def mlflow_sqlite(uri: str) -> sqlite3.Connection:
-    """The SQL reader's one way into MLflow's private schema: a read-only connection to the
-    store, once its tables have every column of MLFLOW_SCHEMA (else sqlite3.DatabaseError
-    naming what is missing, which the callers answer through MLflow's API)."""
+    """A read-only connection to the store once its tables have every column of MLFLOW_SCHEMA
+    (else sqlite3.DatabaseError naming what is missing, which callers answer through the API)."""
     con = _connect(uri)
     try:
         for table, columns in MLFLOW_SCHEMA.items():
@@ -169,8 +152,7 @@ def mlflow_sqlite(uri: str) -> sqlite3.Connection:
 
 
 def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
-    """One line on stderr when a sqlite store falls back to MLflow's API: slower, not wrong,
-    and a sign that MLflow's schema moved on from what the SQL reader knows."""
+    """One line on stderr when a sqlite store falls back to MLflow's API: slower, not wrong."""
     reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
     print(f"leaderboard: the SQL reader failed on {uri} ({reason}); {what} through MLflow's API",
           file=sys.stderr)
@@ -195,38 +177,10 @@ def check_sqlite_store(uri: str) -> None:
                                   f"(no {' or '.join(missing)} table)")
 
 
-@dataclass
-class RunInfo:
-    run_id: str
-    run_name: str
-    experiment_id: str
-    status: str
-    start_time: int | None
-    end_time: int | None
-    artifact_uri: str
-    lifecycle_stage: str
-
-
-@dataclass
-class RunData:
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-
-
-@dataclass
-class SqliteRun:
-    """A run read from sqlite: the parts of mlflow.entities.Run that callers of find_sweep
-    and leaderboard use (info.run_id, info.run_name, info.artifact_uri, data.tags, ...)."""
-    info: RunInfo
-    data: RunData
-
-
 def find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None):
     """(experiment id, parent run) for a sweep: by run id or name, else the latest one with a
     finished trial (the latest of all when none has one), said in one line to `say` when
-    given. An existing sqlite store is read with SQL (an SqliteRun), any other through MLflow
-    (a Run)."""
+    given. An existing sqlite store is read with SQL, any other through MLflow."""
     if _is_sqlite_file(uri):
         try:
             return sqlite_find_sweep(uri, experiment, sweep, say)
@@ -285,7 +239,7 @@ def search_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=N
     return exp.experiment_id, _latest_done(experiment, sweeps, say)
 
 
-def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None) -> tuple[str, SqliteRun]:
+def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None):
     """search_find_sweep's answer from MLflow's sqlite tables, read-only, with its choices: the
     experiment by name whatever its lifecycle stage (get_experiment_by_name), the names listed
     as search_experiments lists them (active, newest first), active runs tagged role=sweep,
@@ -325,26 +279,28 @@ def sqlite_find_sweep(uri: str, experiment: str, sweep: str | None = None, say=N
         con.close()
 
 
-def _sqlite_run(con: sqlite3.Connection, run_id: str) -> SqliteRun:
-    info = con.execute("SELECT run_uuid, name, experiment_id, status, start_time, end_time, artifact_uri, "
-                       "lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
-    tags = dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,)))
-    params = dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,)))
+def _sqlite_run(con: sqlite3.Connection, run_id: str) -> SimpleNamespace:
+    """The parts of an mlflow.entities.Run that callers of find_sweep read (info.run_id,
+    info.run_name, info.artifact_uri, data.tags, ...)."""
+    run_uuid, name, experiment_id, status, start, end, artifact_uri, stage = con.execute(
+        "SELECT run_uuid, name, experiment_id, status, start_time, end_time, artifact_uri, "
+        "lifecycle_stage FROM runs WHERE run_uuid = ?", (run_id,)).fetchone()
+    info = SimpleNamespace(run_id=run_uuid, run_name=name, experiment_id=str(experiment_id), status=status,
+                           start_time=start, end_time=end, artifact_uri=artifact_uri, lifecycle_stage=stage)
     metrics = {key: math.nan if is_nan else float(value) for key, value, is_nan in con.execute(
         "SELECT key, value, is_nan FROM latest_metrics WHERE run_uuid = ?", (run_id,))}
-    run_uuid, name, experiment_id, status, start, end, artifact_uri, stage = info
-    return SqliteRun(RunInfo(run_uuid, name, str(experiment_id), status, start, end, artifact_uri, stage),
-                     RunData(tags, params, metrics))
+    data = SimpleNamespace(tags=dict(con.execute("SELECT key, value FROM tags WHERE run_uuid = ?", (run_id,))),
+                           params=dict(con.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run_id,))),
+                           metrics=metrics)
+    return SimpleNamespace(info=info, data=data)
 
 
 def child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequence[str] | None = None,
                metrics: Sequence[str] | None = None, tags: Sequence[str] | None = None) -> pd.DataFrame:
     """The sweep's child runs as mlflow.search_runs' DataFrame (run_id, status, ...,
-    metrics.*, params.*, tags.*). A sqlite store is read with a few SQL queries over MLflow's
-    own tables (10,000 runs in seconds; search_runs builds a Run object per run, 1,000 a
-    page, which took about a minute), keeping only the `params`, `metrics` and `tags` keys
-    given (sqlite_child_runs); any other store, or a sqlite schema this reader does not know
-    (said in one line on stderr), goes through search_runs, which returns every key."""
+    metrics.*, params.*, tags.*). A sqlite store is read with SQL (sqlite_child_runs), keeping
+    only the `params`, `metrics` and `tags` keys given; any other store, or a sqlite schema
+    this reader does not know (said on stderr), goes through search_runs: every key."""
     if _is_sqlite_file(uri):
         try:
             return sqlite_child_runs(uri, experiment_id, parent_run_id, params, metrics, tags)
@@ -377,12 +333,10 @@ def _only(keys: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
 
 def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequence[str] | None = None,
                       metrics: Sequence[str] | None = None, tags: Sequence[str] | None = None) -> pd.DataFrame:
-    """search_child_runs' DataFrame from MLflow's sqlite tables (runs, latest_metrics, params,
-    tags), read-only: active runs of the experiment whose mlflow.parentRunId tag is the
-    sweep's, ordered as search_runs orders them (start_time DESC, run id). `params`,
-    `metrics` and `tags`, when given, keep only those keys (names, or prefixes ending in
-    '.'): a run carries every config key as a param, 66 of them, and every per-epoch series,
-    most of which the leaderboard does not read (they were half of its reading time)."""
+    """search_child_runs' DataFrame from MLflow's sqlite tables, read-only: active runs of the
+    experiment whose mlflow.parentRunId tag is the sweep's, in search_runs' order (start_time
+    DESC, run id). `params`, `metrics` and `tags` keep only those keys (names, or prefixes
+    ending in '.'): a run's 66 config params and per-epoch series were half the reading time."""
     import numpy as np
 
     con = mlflow_sqlite(uri)
@@ -394,15 +348,15 @@ def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str, params: 
         runs = pd.read_sql_query(
             "SELECT run_uuid AS run_id, experiment_id, status, artifact_uri, start_time, end_time FROM runs "
             f"WHERE run_uuid IN ({chosen}) ORDER BY start_time DESC, run_uuid", con, params=args)
-        where, only = _only(metrics)
-        metrics = pd.read_sql_query(f"SELECT run_uuid, key, value, is_nan FROM latest_metrics "
-                                    f"WHERE run_uuid IN ({chosen}){where}", con, params=(*args, *only))
-        where, only = _only(params)
-        params = pd.read_sql_query(f"SELECT run_uuid, key, value FROM params WHERE run_uuid IN ({chosen}){where}",
-                                   con, params=(*args, *only))
-        where, only = _only(tags)
-        tags = pd.read_sql_query(f"SELECT run_uuid, key, value FROM tags WHERE run_uuid IN ({chosen}){where}",
-                                 con, params=(*args, *only))
+
+        def read(table: str, columns: str, keys: Sequence[str] | None) -> pd.DataFrame:
+            where, only = _only(keys)
+            return pd.read_sql_query(f"SELECT {columns} FROM {table} WHERE run_uuid IN ({chosen}){where}",
+                                     con, params=(*args, *only))
+
+        metrics = read("latest_metrics", "run_uuid, key, value, is_nan", metrics)
+        params = read("params", "run_uuid, key, value", params)
+        tags = read("tags", "run_uuid, key, value", tags)
     finally:
         con.close()
     runs["experiment_id"] = runs["experiment_id"].astype(str)
@@ -489,14 +443,9 @@ def _swept(parent_tags: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(k for k in keys if k))
 
 
-def _numeric(task_metrics: list[str]) -> list[str]:
-    return list(figure_columns(task_metrics))
-
-
 def _label_params(swept: list[str]) -> dict[str, list[str]]:
-    """The params each label column is made of (a name ending in '.' is a prefix): the
-    regime (regime_label reads the head regime, k and the swept keys of no column of their
-    own), the learning rate, the weights (fmt_weighting, _weights)."""
+    """The params each label column is made of (a name ending in '.' is a prefix); the regime
+    names the swept keys that have no column of their own."""
     return {"regime": ["sharing.head_regime", "sharing.encoder_shared_layers",
                        *[k for k in swept if k not in OWN_COLUMNS]],
             "lr": ["optim.lr"],
@@ -510,8 +459,7 @@ TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error"
 def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """(params, metrics, tags) build_table reads of a sweep's runs: child_runs needs no others."""
     params = [k for keys in _label_params(_swept(parent_tags)).values() for k in keys]
-    return (list(dict.fromkeys(params)), list(dict.fromkeys(_numeric(_task_metrics(parent_tags)))),
-            list(TABLE_TAGS))
+    return list(dict.fromkeys(params)), list(figure_columns(_task_metrics(parent_tags))), list(TABLE_TAGS)
 
 
 def _union(*keys: tuple[list[str], ...]) -> tuple[list[str], ...]:
@@ -521,8 +469,7 @@ def _union(*keys: tuple[list[str], ...]) -> tuple[list[str], ...]:
 
 def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
     """make(params) for each run, params being the run's values of `keys` (MLflow strings; a
-    param the run lacks is absent). Computed once per distinct set of values: runs of one
-    configuration, and configurations differing only elsewhere, share a label."""
+    param the run lacks is absent). Computed once per distinct set of values."""
     cols = [c for c in runs.columns if c.startswith("params.")
             and any(c[len("params."):] == k or (k.endswith(".") and c[len("params."):].startswith(k)) for k in keys)]
     cache: dict[tuple, str] = {}
@@ -538,10 +485,9 @@ def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
 
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
     """One row per configuration (finished seeds grouped; numeric columns carry _std, _ci95
-    and n, a count (a figure's `count`) its _median, _min and _max; the delta metric carries
-    <metric>_delta, _delta_ci95 and _delta_n, paired by seed against the baseline), then one
-    row per failed or interrupted trial with its one-line reason.
-    Vectorised over runs, so a 10,000-run sweep builds in seconds."""
+    and n, a count its _median, _min and _max; the delta metric carries <metric>_delta,
+    _delta_ci95 and _delta_n, paired by seed against the baseline), then one row per failed
+    or interrupted trial with its one-line reason. Vectorised: 10,000 runs build in seconds."""
     from mtbert.config import Config, flatten
 
     if runs.empty:
@@ -567,25 +513,24 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         "status": runs["_status"].values, "reason": error.values,
         STANDS_FOR: _col(runs, f"tags.{STANDS_FOR}").astype(object).fillna("").values,
     })
-    numeric = _numeric(task_metrics)
-    counts = [k for k, c in figure_columns(task_metrics).items() if c.count]
-    for name in dict.fromkeys(numeric):
+    numeric = list(figure_columns(task_metrics))
+    for name in numeric:
         frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}"), errors="coerce").values
     done = frame[frame["status"] == "finished"]
-    keys = ["variant", "role", "regime", "lr", "weights"]
     grouped = done.groupby("variant", sort=False)
-    table = grouped[keys].first().reset_index(drop=True)
+    table = grouped[["variant", "role", "regime", "lr", "weights"]].first().reset_index(drop=True)
     table["n"] = grouped.size().values
     table["stopped_early"] = grouped["stopped_early"].sum().astype(int).values
     means = grouped[numeric].mean()
     stds = grouped[numeric].std(ddof=1)
-    counts = grouped[numeric].count()
-    for name in dict.fromkeys(numeric):
+    seeds = grouped[numeric].count()
+    for name in numeric:
         table[name] = means[name].values
-        table[f"{name}_std"] = stds[name].where(counts[name] > 1).values
-        table[f"{name}_ci95"] = _ci95(stds[name], counts[name]).values
-    for name in counts:  # a whole number per run: a mean ± interval would read as 1.5 ± 6.4 epochs
-        # The lower median: a value some seed took (epoch 2 of seeds at 2 and 3, not 2.5).
+        table[f"{name}_std"] = stds[name].where(seeds[name] > 1).values
+        table[f"{name}_ci95"] = _ci95(stds[name], seeds[name]).values
+    for name in numeric:
+        # For a count (a whole number per run) the table shows these, not 1.5 ± 6.4 epochs; the
+        # lower median is a value some seed took (epoch 2 of seeds at 2 and 3, not 2.5).
         table[f"{name}_median"] = grouped[name].quantile(0.5, interpolation="lower").values
         table[f"{name}_min"] = grouped[name].min().values
         table[f"{name}_max"] = grouped[name].max().values
@@ -596,30 +541,19 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     spread = (by.max() / low - 1).where((runs_timed > 1) & (low > 0))
     table["wall_time_spread"] = spread.reindex(table["variant"]).values
     deltas = _paired_deltas(done, DELTA_METRIC).reindex(table["variant"])
-    table[f"{DELTA_METRIC}_delta"] = deltas["delta"].values
-    table[f"{DELTA_METRIC}_delta_ci95"] = deltas["ci95"].values
-    table[f"{DELTA_METRIC}_delta_n"] = deltas["n"].values
-    table.loc[table["role"] == "baseline", [f"{DELTA_METRIC}_delta", f"{DELTA_METRIC}_delta_ci95",
-                                           f"{DELTA_METRIC}_delta_n"]] = math.nan
-    table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
+    delta_columns = [DELTA_COLUMN, f"{DELTA_COLUMN}_ci95", f"{DELTA_COLUMN}_n"]
+    table[delta_columns] = deltas[["delta", "ci95", "n"]].values
+    table.loc[table["role"] == "baseline", delta_columns] = math.nan
     table["status"] = "finished"
     table["reason"] = ""
     table[STANDS_FOR] = grouped[STANDS_FOR].first().values
-    rest = frame[frame["status"] != "finished"].copy()
+    rest = frame[frame["status"] != "finished"]
     if not rest.empty:
-        rest["n"] = 1
-        rest["stopped_early"] = 0
-        rest["wall_time_spread"] = math.nan
-        for name in dict.fromkeys(numeric):
-            rest[f"{name}_std"] = math.nan
-            rest[f"{name}_ci95"] = math.nan
-        for name in counts:
-            for stat in ("median", "min", "max"):
-                rest[f"{name}_{stat}"] = rest[name]
-        for suffix in ("delta", "delta_ci95", "delta_n"):
-            rest[f"{DELTA_METRIC}_{suffix}"] = math.nan
-        rest.loc[rest["role"] == "reference", "regime"] = REFERENCE_LABEL
-        table = pd.concat([table, rest[table.columns]], ignore_index=True)
+        # One run each: no interval, no pairing; a count's median and range are its value.
+        rest = rest.assign(n=1, stopped_early=0, **{f"{name}_{stat}": rest[name] for name in numeric
+                                                     for stat in ("median", "min", "max")})
+        table = pd.concat([table, rest.reindex(columns=table.columns)], ignore_index=True)
+    table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
     table.attrs["tm_score"] = tm_choice(parent_tags, runs)
@@ -628,7 +562,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
 
 def tm_choice(parent_tags: dict[str, str], runs: pd.DataFrame) -> str:
     """compute | wall: the sweep's tracking.tm_score. A sweep logged before that tag: compute
-    when its runs carry the compute score, else wall (what such a store can show)."""
+    when its runs carry the compute score, else wall."""
     choice = parent_tags.get("tm_score")
     if choice in TM_COLUMNS:
         return choice
@@ -637,7 +571,6 @@ def tm_choice(parent_tags: dict[str, str], runs: pd.DataFrame) -> str:
 
 
 def headline_tm(parent_tags: dict[str, str], runs: pd.DataFrame) -> str:
-    """The column of a sweep's headline TM-relative score (tm_choice)."""
     return TM_COLUMNS[tm_choice(parent_tags, runs)]
 
 
@@ -663,45 +596,35 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
     if key not in table.columns:
         known = [c for c in table.columns if not c.endswith(("_std", "_ci95"))]
         raise SweepError(f"--sort {key}: not a column; choose from tm, {', '.join(known)}")
-    ascending = lower_is_better(key) or table[key].dtype == object
+    # wall_time_spread: the table's own measure of how far a configuration's train times differ.
+    lower = key == "wall_time_spread" or figures.better(key) == "min"
     finished = table["status"] == "finished"
     base = table[finished & (table["role"] == "baseline")]
-    rest = table[finished & (table["role"] != "baseline")].sort_values(key, ascending=ascending, na_position="last")
+    rest = table[finished & (table["role"] != "baseline")]
+    rest = rest.sort_values(key, ascending=lower or table[key].dtype == object, na_position="last")
     out = pd.concat([base, rest, table[~finished]], ignore_index=True)
     out.attrs.update(table.attrs)
     return out
-
-
-def _nan(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _number(value: float, fmt: str) -> str:
-    return f"{value:{fmt}}"
-
-
-def _count(value: float) -> str:
-    return f"{value:g}"
 
 
 def _figure_cell(r: dict, c: Column) -> Cell:
     """mean ± 95% CI half-width; a single seed (or no spread to estimate) shows the mean alone;
     the Δ column its paired interval and the seeds both ran; a count its median and range."""
     value = r.get(c.key, math.nan)
-    if _nan(value):
+    if pd.isna(value):
         return Cell("–")
     if c.key == DELTA_COLUMN:
         half, n = r.get(f"{DELTA_COLUMN}_ci95", math.nan), r.get(f"{DELTA_COLUMN}_n", math.nan)
-        aside = ("" if _nan(half) else f"± {_number(half, c.fmt.lstrip('+'))} ") + f"(n={int(n)})"
-        return Cell(_number(value, c.fmt), aside)
+        aside = ("" if pd.isna(half) else f"± {half:{c.fmt.lstrip('+')}} ") + f"(n={int(n)})"
+        return Cell(f"{value:{c.fmt}}", aside)
     if c.key == "n":
         return Cell(str(int(value)))
     if c.count:
         median = r.get(f"{c.key}_median", value)
         low, high = r.get(f"{c.key}_min", median), r.get(f"{c.key}_max", median)
-        return Cell(_count(median), "" if _nan(low) or low == high else f"({_count(low)}–{_count(high)})")
+        return Cell(f"{median:g}", "" if pd.isna(low) or low == high else f"({low:g}–{high:g})")
     half = r.get(f"{c.key}_ci95", math.nan)
-    return Cell(_number(value, c.fmt), "" if int(r["n"]) < 2 or _nan(half) else f"± {_number(half, c.fmt)}")
+    return Cell(f"{value:{c.fmt}}", "" if int(r["n"]) < 2 or pd.isna(half) else f"± {half:{c.fmt}}")
 
 
 def all_columns(table: pd.DataFrame) -> dict[str, Column]:
@@ -725,11 +648,9 @@ def _varies(table: pd.DataFrame, key: str) -> bool:
 
 
 def default_columns(table: pd.DataFrame, fmt: str = "md") -> list[str]:
-    """The paper's columns: the row's labels, overall (and its Δ to the baseline where there
-    is one), the epoch, the task scores, time, size, memory, the TM-relative scores (the
-    sweep's headline first) and n when seeds are grouped. LaTeX, a page wide at most, keeps
-    the headline TM score only, and a label column or n only where rows differ in it (the
-    caption states the value they share)."""
+    """The paper's columns (the sweep's headline TM score first; n when seeds are grouped).
+    LaTeX, a page wide at most, keeps the headline TM score only, and a label column or n only
+    where rows differ in it (the caption states the value they share)."""
     grouped = bool((table["n"] > 1).any()) if not table.empty else False
     with_delta = DELTA_COLUMN in table.columns and bool(table[DELTA_COLUMN].notna().any())
     narrow = fmt == "latex"
@@ -829,7 +750,7 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
     others = finished[finished["role"] != "reference"]
     out = {}
     for metric in ["overall", *table.attrs.get("task_metrics", [])]:
-        if metric not in table or _nan(ref[metric]):
+        if metric not in table or pd.isna(ref[metric]):
             continue
         low = others[others[metric] < ref[metric]]
         out[TASK_LABELS.get(metric, metric.capitalize())] = [
@@ -896,12 +817,12 @@ def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
                         "mtbert-leaderboard")
 
 
-def _csv(table: pd.DataFrame) -> str:
-    # Machines get the numbers, not the formatted cells.
-    return table.to_csv(index=False)
-
-
 IMPORTANCE_HEADING = "Importance of the swept dimensions"
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
 
 
 def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None,
@@ -909,21 +830,16 @@ def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None
     """The table in `fmt` (its `columns`, default_columns when None); md, latex and html follow
     it with the importance table when given (csv stays one table: the importance is a csv of
     its own, importance.render). `title` names the sweep in a LaTeX comment and the HTML page."""
-    if fmt not in FORMATS:
-        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    check_format(fmt)
     if fmt == "csv":
-        return _csv(table)
+        return table.to_csv(index=False)  # machines get the numbers, not the formatted cells
     tables = [export_table(table, columns, fmt)]
     if importance is not None and not importance.empty:
         from orchestration.report import importance as imp
 
         tables.append(imp.export_table(importance))
     title = f"mtbert leaderboard: {title}" if title else "mtbert leaderboard"
-    if fmt == "latex":
-        return export.latex_document(title, tables)
-    if fmt == "html":
-        return export.html_page(title, tables)
-    return f"\n**{IMPORTANCE_HEADING}**\n\n".join(export.markdown(t) for t in tables)
+    return export.document(fmt, title, tables, f"\n**{IMPORTANCE_HEADING}**\n\n")
 
 
 # --------------------------------------------------------------------------- Pareto plot
@@ -1006,15 +922,13 @@ def _place_labels(ax, xs: list[float], ys: list[float], labels: list[str], areas
     point, that covers no marker, other label or error bar and stays inside the axes; where
     none is clear, the spot that covers least (a bar's thin line counting for less than a
     marker or a word). A label set away from its point gets a leader line."""
-    import math as m
-
     renderer = ax.figure.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
     scale = ax.figure.dpi / 72  # points to pixels
     centres = ax.transData.transform(list(zip(xs, ys)))
     taken = []  # (x0, y0, x1, y1, weight)
     for (px, py), area in zip(centres, areas):
-        r = m.sqrt(area) / 2 * scale + 1
+        r = math.sqrt(area) / 2 * scale + 1
         taken.append((px - r, py - r, px + r, py + r, 1.0))
     for x, y, dx, dy in zip(xs, ys, xerr, yerr):
         (left, low), (right, high) = ax.transData.transform([(x - dx, y - dy), (x + dx, y + dy)])
@@ -1024,8 +938,8 @@ def _place_labels(ax, xs: list[float], ys: list[float], labels: list[str], areas
             taken.append((px - cap, low, px + cap, high, 0.3))
         if dx > 0:
             taken.append((left, py - cap, right, py + cap, 0.3))
-    angles = [m.radians(a) for a in (45, -45, 135, -135, 0, 180, 90, -90, 20, -20, 160, -160, 70, -70, 110, -110)]
-    spots = [(r * m.cos(a), r * m.sin(a)) for r in (5, 12, 20, 30, 42, 56, 72, 90) for a in angles]
+    angles = [math.radians(a) for a in (45, -45, 135, -135, 0, 180, 90, -90, 20, -20, 160, -160, 70, -70, 110, -110)]
+    spots = [(r * math.cos(a), r * math.sin(a)) for r in (5, 12, 20, 30, 42, 56, 72, 90) for a in angles]
 
     def overlap(box) -> float:
         outside = (max(frame.x0 - box.x0, 0) + max(box.x1 - frame.x1, 0)) * box.height + \
@@ -1034,7 +948,7 @@ def _place_labels(ax, xs: list[float], ys: list[float], labels: list[str], areas
                              for x0, y0, x1, y1, w in taken)
 
     def annotate(i: int, dx: float, dy: float):
-        far = m.hypot(dx, dy) > 6
+        far = math.hypot(dx, dy) > 6
         text = ax.annotate(labels[i], (xs[i], ys[i]), xytext=(dx, dy), textcoords="offset points", fontsize=7,
                            ha="left" if dx > 1 else "right" if dx < -1 else "center",
                            va="bottom" if dy > 1 else "top" if dy < -1 else "center",
@@ -1068,7 +982,6 @@ def _text_box(text, renderer):
 
 
 def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """pareto_figure as a PNG at `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig = pareto_figure(table, title)  # first: it picks matplotlib's file-only backend
@@ -1081,10 +994,9 @@ def plot_pareto(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
 
 def pareto_figure(table: pd.DataFrame, title: str = ""):
     """Overall against cost, one point per finished configuration, labelled as its table row,
-    with its seeds' 95% intervals on both axes (where a configuration's seeds differ); axes
-    that cover the intervals and never zoom past a minimum span (_score_limits,
-    _cost_limits); marker area is proportional to model size where sizes differ by more
-    than SIZE_SPREAD, else one size (said below the plot)."""
+    with its seeds' 95% intervals as bars; the axes never zoom so far that noise looks like a
+    difference; marker area gives model size where sizes differ by more than SIZE_SPREAD; the
+    non-dominated configurations are joined by a step line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1108,8 +1020,8 @@ def pareto_figure(table: pd.DataFrame, title: str = ""):
             ax.errorbar(data[x], data["overall"], xerr=xerr if bool((xerr > 0).any()) else None,
                         yerr=yerr if bool((yerr > 0).any()) else None, fmt="none", ecolor="0.45",
                         elinewidth=0.8, capsize=2.5, zorder=1)
-            notes.append(f"bars: 95% confidence interval over seeds (n = {_count(data['n'].min())}"
-                         + (f"–{_count(data['n'].max())})" if data["n"].max() != data["n"].min() else ")"))
+            notes.append(f"bars: 95% confidence interval over seeds (n = {data['n'].min():g}"
+                         + (f"–{data['n'].max():g})" if data["n"].max() != data["n"].min() else ")"))
         elif bool((data["n"] == 1).all()):
             notes.append("one seed per configuration: no intervals")
         sizes = data["model_size_mb"]
@@ -1122,13 +1034,13 @@ def pareto_figure(table: pd.DataFrame, title: str = ""):
         front = pareto_front(list(zip(data[x], data["overall"])))
         on_front = data.index.isin(front)
         base = (data["role"] == "baseline").to_numpy()
-        others = ~base
-        ax.scatter(data[x][others & ~on_front], data["overall"][others & ~on_front], s=area[others & ~on_front],
-                   c="#9fb7d4", edgecolors="#3b5b85", linewidths=0.6, zorder=2, label="configuration")
-        ax.scatter(data[x][others & on_front], data["overall"][others & on_front], s=area[others & on_front],
-                   c="tab:blue", edgecolors="black", linewidths=0.6, zorder=3, label="on the Pareto front")
-        ax.scatter(data[x][base], data["overall"][base], marker="*", s=area[base] * 3, c="tab:red",
-                   edgecolors="black", linewidths=0.5, zorder=4, label="baseline *")
+        for pick, style in [(~base & ~on_front, dict(c="#9fb7d4", edgecolors="#3b5b85", linewidths=0.6, zorder=2,
+                                                     label="configuration")),
+                            (~base & on_front, dict(c="tab:blue", edgecolors="black", linewidths=0.6, zorder=3,
+                                                    label="on the Pareto front")),
+                            (base, dict(marker="*", c="tab:red", edgecolors="black", linewidths=0.5, zorder=4,
+                                        label="baseline *"))]:
+            ax.scatter(data[x][pick], data["overall"][pick], s=area[pick] * (3 if pick is base else 1), **style)
         fx, fy = data.loc[front, x], data.loc[front, "overall"]
         ax.step(fx, fy, where="post", color="tab:blue", linewidth=1, alpha=0.7, zorder=1, label="Pareto front")
         ax.set_xlim(*_cost_limits(data[x], xerr))
@@ -1176,7 +1088,6 @@ def log_artifact(uri: str, run, path: str | Path) -> None:
     if folder is None:
         _client(uri).log_artifact(run.info.run_id, str(path))
         return
-    import os
     import shutil
     import tempfile
 
@@ -1217,9 +1128,6 @@ def log_leaderboard(tracking) -> bool:
         for name in ("pareto.png", "leaderboard.md", "leaderboard.csv"):
             tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
     return True
-
-
-log_pareto = log_leaderboard  # the name callers knew
 
 
 def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
