@@ -138,5 +138,3 @@ def render(found: dict[str, Any], fmt: str) -> str:
         return json.dumps(found, indent=2) + "\n"
     return render_text(found)
 
-
-__all__ = ["best_model", "render", "render_text"]

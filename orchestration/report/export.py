@@ -85,21 +85,13 @@ def latex_escape(text: str) -> str:
 def _latex_header(header: str, align: str) -> str:
     """A long header on two lines (a nested tabular: no package), split before its unit or
     bracket, else at the space nearest its middle; the lines bottom-aligned with the others."""
-    lines = _split_header(header)
-    if len(lines) == 1:
-        return latex_escape(header)
-    inner = r"\\".join(latex_escape(x) for x in lines)
-    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
-
-
-def _split_header(header: str) -> list[str]:
     if len(header) <= 9 or " " not in header:
-        return [header]
+        return latex_escape(header)
     at = max(header.rfind(" ("), header.rfind(" ["))
     if at <= 0:
-        spaces = [m.start() for m in re.finditer(" ", header)]
-        at = min(spaces, key=lambda i: abs(i - len(header) / 2))
-    return [header[:at], header[at + 1:]]
+        at = min((m.start() for m in re.finditer(" ", header)), key=lambda i: abs(i - len(header) / 2))
+    inner = r"\\".join(latex_escape(x) for x in (header[:at], header[at + 1:]))
+    return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
 
 
 def _latex_cell(c: Cell) -> str:

@@ -27,11 +27,9 @@ import pandas as pd
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 from orchestration.report.leaderboard import _col
-from orchestration.report.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, OUTCOMES, Verdict, decide
+from orchestration.report.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, decide
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
 from orchestration.sweep.labels import parse_param
-
-VERDICTS = OUTCOMES
 
 
 # --------------------------------------------------------------------------- reading

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Sequence
-from unittest import mock
 
 import pandas as pd
 
@@ -98,6 +97,8 @@ def _client(uri: str):
 
 def no_download_bar():
     """MLflow draws a download bar per file on stderr: off, within this context."""
+    from unittest import mock
+
     return mock.patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
 
 
@@ -607,9 +608,14 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
     return out
 
 
-def _figure_cell(r: dict, c: Column) -> Cell:
-    """mean ± 95% CI half-width; a single seed (or no spread to estimate) shows the mean alone;
-    the Δ column its paired interval and the seeds both ran; a count its median and range."""
+def _cell(r: dict, c: Column) -> Cell:
+    """A label; else mean ± 95% CI half-width (a single seed, or no spread to estimate: the
+    mean alone); the Δ column its paired interval and the seeds both ran; a count its median
+    and range."""
+    if c.key == "regime":
+        return Cell(_row_label(r))
+    if c.key in LABEL_COLUMNS:
+        return Cell(str(r[c.key]))
     value = r.get(c.key, math.nan)
     if pd.isna(value):
         return Cell("–")
@@ -719,21 +725,12 @@ def display_rows(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
     """The columns shown, each row's cells (shared by md, latex and html), and whether any
     cell is bold."""
     shown = chosen_columns(table, columns, fmt)
-    rows = []
     # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table; and only of the
     # columns these cells read (a table has some 80).
     needed = ["regime", "role", "status", "reason", "stopped_early", "wall_time_spread", STANDS_FOR, "n",
               *(f"{c.key}{part}" for c in shown for part in ("", "_ci95", "_n", "_median", "_min", "_max"))]
-    for r in table[[k for k in dict.fromkeys(needed) if k in table.columns]].to_dict("records"):
-        cells = []
-        for c in shown:
-            if c.key == "regime":
-                cells.append(Cell(_row_label(r)))
-            elif c.key in LABEL_COLUMNS:
-                cells.append(Cell(str(r[c.key])))
-            else:
-                cells.append(_figure_cell(r, c))
-        rows.append(cells)
+    records = table[[k for k in dict.fromkeys(needed) if k in table.columns]].to_dict("records")
+    rows = [[_cell(r, c) for c in shown] for r in records]
     return shown, rows, _bold(table, rows, shown)
 
 
@@ -776,31 +773,25 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
     shared = [f"{known[k].header} {table[k].iloc[0]}" for k in ("lr", "weights") if k not in keys and not _varies(table, k)]
     if shared:
         parts.append("Every row: " + ", ".join(shared) + ".")
-    if bold:
-        parts.append("Bold: best per column" + (" (reference aside)." if has_reference else "."))
-    if bool((finished["role"] == "baseline").any()):
-        parts.append("* baseline" + (" (TM-rel. = 1)." if tms else "."))
-    if DELTA_COLUMN in keys:
-        parts.append(f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran).")
-    if "best_epoch" in keys:
-        parts.append("Epoch: best dev epoch" + (", median (range)." if grouped else "."))
-    if tms:
-        costs = {TM_COLUMNS["compute"]: "counted training FLOPs (compute)", TM_COLUMNS["wall"]: "train time (wall)"}
-        parts.append("TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
-                     + " or ".join(costs[k] for k in tms) + ".")
-    if "peak_memory_mb" in keys:
-        parts.append("Peak mem.: CUDA peak allocated, or peak RSS on CPU.")
-    if bool((table["stopped_early"] > 0).any()):
-        parts.append("† stopped early by ASHA (its cost on the full-budget basis).")
-    if "wall_time_spread" in table and bool((table["wall_time_spread"] > WALL_SPREAD).any()):
-        parts.append(f"{WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart: "
-                     "its TM-rel. (wall) measured the machine's load too.")
-    if STANDS_FOR in table and bool((table[STANDS_FOR].astype(object).fillna("") != "").any()):
-        parts.append(f"{ALSO_SEARCHED}: a searched point identical to the baseline, trained once, as the baseline.")
-    if bool((table["status"] == "interrupted").any()):
-        parts.append("‡ interrupted (mtbert sweep resume continues it).")
-    if bool((table["status"] == "failed").any()):
-        parts.append("✗ failed, with its reason.")
+    costs = {TM_COLUMNS["compute"]: "counted training FLOPs (compute)", TM_COLUMNS["wall"]: "train time (wall)"}
+    legend = [  # (whether the table needs it, the entry), in the caption's order
+        (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
+        ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
+        (DELTA_COLUMN in keys, f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran)."),
+        ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
+        (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
+         + " or ".join(costs[k] for k in tms) + "."),
+        ("peak_memory_mb" in keys, "Peak mem.: CUDA peak allocated, or peak RSS on CPU."),
+        ((table["stopped_early"] > 0).any(), "† stopped early by ASHA (its cost on the full-budget basis)."),
+        ("wall_time_spread" in table and (table["wall_time_spread"] > WALL_SPREAD).any(),
+         f"{WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart: "
+         "its TM-rel. (wall) measured the machine's load too."),
+        (STANDS_FOR in table and (table[STANDS_FOR].astype(object).fillna("") != "").any(),
+         f"{ALSO_SEARCHED}: a searched point identical to the baseline, trained once, as the baseline."),
+        ((table["status"] == "interrupted").any(), "‡ interrupted (mtbert sweep resume continues it)."),
+        ((table["status"] == "failed").any(), "✗ failed, with its reason."),
+    ]
+    parts += [entry for needed, entry in legend if needed]
     below = below_reference(table)
     if below is not None:
         rows = [f"{name}: {', '.join(labels) if labels else 'none'}" for name, labels in below.items()]
@@ -1034,13 +1025,14 @@ def pareto_figure(table: pd.DataFrame, title: str = ""):
         front = pareto_front(list(zip(data[x], data["overall"])))
         on_front = data.index.isin(front)
         base = (data["role"] == "baseline").to_numpy()
+        marks = area.where(~base, area * 3)  # the baseline's star is larger
         for pick, style in [(~base & ~on_front, dict(c="#9fb7d4", edgecolors="#3b5b85", linewidths=0.6, zorder=2,
                                                      label="configuration")),
                             (~base & on_front, dict(c="tab:blue", edgecolors="black", linewidths=0.6, zorder=3,
                                                     label="on the Pareto front")),
                             (base, dict(marker="*", c="tab:red", edgecolors="black", linewidths=0.5, zorder=4,
                                         label="baseline *"))]:
-            ax.scatter(data[x][pick], data["overall"][pick], s=area[pick] * (3 if pick is base else 1), **style)
+            ax.scatter(data[x][pick], data["overall"][pick], s=marks[pick], **style)
         fx, fy = data.loc[front, x], data.loc[front, "overall"]
         ax.step(fx, fy, where="post", color="tab:blue", linewidth=1, alpha=0.7, zorder=1, label="Pareto front")
         ax.set_xlim(*_cost_limits(data[x], xerr))
@@ -1057,8 +1049,7 @@ def pareto_figure(table: pd.DataFrame, title: str = ""):
             labels = [label if on_front[i] or base[i] else "" for i, label in enumerate(labels)]
             notes.append(f"{len(data)} configurations: labels on the Pareto front and the baseline")
         fig.tight_layout(rect=(0, 0.05 if notes else 0, 1, 1))
-        marks = [a * (3 if is_base else 1) for a, is_base in zip(area, base)]  # the baseline's star is larger
-        _place_labels(ax, list(data[x]), list(data["overall"]), labels, marks, list(xerr), list(yerr))
+        _place_labels(ax, list(data[x]), list(data["overall"]), labels, list(marks), list(xerr), list(yerr))
     if notes:
         fig.text(0.01, 0.01, "; ".join(notes), fontsize=7, color="0.35", ha="left", va="bottom")
     if data.empty:
