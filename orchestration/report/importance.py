@@ -384,9 +384,11 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
 # --------------------------------------------------------------------------- rendering
 
 def figure_label(figure: str) -> str:
-    from orchestration.report.leaderboard import HEADERS
+    """A figure's name in print: its leaderboard header."""
+    from orchestration.report.leaderboard import TASK_LABELS, figure_columns
 
-    return HEADERS.get(figure, figure)
+    column = figure_columns(list(TASK_LABELS)).get(figure)
+    return column.header if column else figure
 
 
 def _cell(value: float, low: float, high: float) -> Cell:

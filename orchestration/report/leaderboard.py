@@ -83,10 +83,6 @@ def figure_columns(task_metrics: Sequence[str]) -> dict[str, Column]:
             for f in figures.on_board(task_metrics)}
 
 
-HEADERS = {**{k: c.header for k, c in figure_columns(list(TASK_LABELS)).items()},
-           DELTA.key: DELTA.header, N.key: N.header}  # a figure's name in print
-
-
 # --------------------------------------------------------------------------- reading MLflow
 
 def _client(uri: str):
@@ -994,7 +990,6 @@ def pareto_figure(table: pd.DataFrame, title: str = ""):
     import matplotlib.pyplot as plt
 
     x = cost_axis(table)
-    # Only finished configurations are points.
     data = table[table["status"] == "finished"] if "status" in table else table
     data = data.dropna(subset=["overall", x]) if not data.empty else data
     fig, ax = plt.subplots(figsize=(8, 5), dpi=130)
