@@ -376,8 +376,8 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
         log(f"importance of the swept dimensions: {len(p.values)} configurations, more than the end of a "
             f"sweep fits ({AT_END_MAX_CONFIGURATIONS}); `mtbert importance` computes it")
         return False
-    _store(compute(p), parent.info.run_name, lambda file: tracking.client.log_artifact(tracking.parent_run_id,
-                                                                                       str(file)))
+    _store(compute(p), parent.info.run_name,
+           lambda file: tracking.client.log_artifact(tracking.parent_run_id, str(file)))
     return True
 
 

@@ -8,9 +8,12 @@ epoch, the task scores at that epoch, train time, model size, peak memory and th
 scores. The baseline is marked * and pinned first. A configuration run under several seeds is
 one row of mean ± 95% t-interval half-width (orchestration/stats.py), a count (the epoch) its
 seeds' median and range, and Δ overall its difference to the baseline paired by seed. Each
-column's best value is bold; the caption is a legend for what the table shows, no more. Runs
-come from MLflow: the child runs of one sweep's parent run, by default the experiment's latest
-sweep with a finished trial.
+column's best value is bold. The frozen reference (role `reference`) is labelled as such, and
+the caption names the rows whose mean falls below it, task by task; a searched point identical
+to the baseline, trained once as the baseline (plan.py), says so. The caption is a legend for
+what the table shows, no more; below the table, each swept key's importance per figure
+(importance.py), when it was computed from these runs. Runs come from MLflow: the child runs
+of one sweep's parent run, by default the experiment's latest sweep with a finished trial.
 
 Unlike the paper, on purpose: epochs are 1-based, model size is in MB, and TM-relative is the
 ratio itself (the baseline scores 1.0), not multiplied by the baseline's overall score.
