@@ -21,6 +21,7 @@ from torch import nn
 
 from mtbert.config import Config, ConfigError
 from mtbert.data.types import Batch, Encoded
+from mtbert.model.dropout import cheapen
 from mtbert.model.encoder import load_encoder
 from mtbert.model.heads import Heads
 from mtbert.model.sharing import check_depth, check_heads
@@ -157,6 +158,7 @@ class MultitaskModel(nn.Module):
 
         # encoder_architecture: build from this transformers config, weights random (a bundle).
         enc = load_encoder(cfg, vocab_size, architecture=encoder_architecture)
+        cheapen(enc)
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)
         self.num_layers = n = len(layers)
@@ -333,15 +335,21 @@ class MultitaskModel(nn.Module):
         the outputs back in `rows` order (hidden states padded back to h's width)."""
         mask2, full = packed.attention_mask, h.shape[1]
 
-        def run(index, width: int, bucket: list[int]) -> torch.Tensor:
-            out = fn(h[index, :width], mask2[index, :width], bucket)
+        def pad(out: torch.Tensor, width: int) -> torch.Tensor:
             return F.pad(out, (0, 0, 0, full - width)) if out.dim() == 3 and width < full else out
 
         buckets = packed.bucketed(rows, self._call_cost(h.device))
         if len(buckets) == 1:  # one group: the rows as they lie, only trimmed (no gather, no reorder)
-            return run(slice(rows.start, rows.stop), buckets[0][1], list(rows))
-        outs = [run(torch.tensor(bucket, device=h.device), width, bucket) for bucket, width in buckets]
-        where = {row: i for i, row in enumerate(r for bucket, _ in buckets for r in bucket)}
+            width = buckets[0][1]
+            return pad(fn(h[rows.start:rows.stop, :width], mask2[rows.start:rows.stop, :width], list(rows)), width)
+        # One gather into bucket order, then contiguous pieces: gathering each bucket on its
+        # own made its backward scatter into a zero tensor the size of all of h, per bucket.
+        order = [r for bucket, _ in buckets for r in bucket]
+        hs = h[torch.tensor(order, device=h.device)].split([len(b) for b, _ in buckets])
+        ms = mask2[torch.tensor(order, device=mask2.device)].split([len(b) for b, _ in buckets])
+        outs = [pad(fn(x[:, :width], m[:, :width], bucket), width)
+                for x, m, (bucket, width) in zip(hs, ms, buckets)]
+        where = {row: i for i, row in enumerate(order)}
         back = torch.tensor([where[row] for row in rows], device=h.device)
         return torch.cat(outs)[back]
 
