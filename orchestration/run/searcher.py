@@ -15,7 +15,6 @@ MLflow run again, and a resumed adaptive sweep adds the same seeds as one never 
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import tempfile
 import time
@@ -318,8 +317,9 @@ class SweepSearcher(Searcher):
         inner_blob = None
         if self._inner is not None:
             with tempfile.TemporaryDirectory() as tmp:
-                self._inner.save(os.path.join(tmp, "inner.pkl"))
-                inner_blob = Path(tmp, "inner.pkl").read_bytes()
+                path = Path(tmp, "inner.pkl")
+                self._inner.save(str(path))
+                inner_blob = path.read_bytes()
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"state": self.get_state(), "inner": inner_blob}, f)
 
@@ -329,8 +329,9 @@ class SweepSearcher(Searcher):
         self.set_state(saved["state"])
         if saved["inner"] is not None and self._inner is not None:
             with tempfile.TemporaryDirectory() as tmp:
-                Path(tmp, "inner.pkl").write_bytes(saved["inner"])
-                self._inner.restore(os.path.join(tmp, "inner.pkl"))
+                path = Path(tmp, "inner.pkl")
+                path.write_bytes(saved["inner"])
+                self._inner.restore(str(path))
 
 
 def make_searcher(planner: Planner, announce: bool = False) -> SweepSearcher:

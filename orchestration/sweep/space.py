@@ -17,7 +17,7 @@ import difflib
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ray import tune
 
@@ -30,7 +30,7 @@ SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay re
 POINTS_TAG = "space_points"
 
 
-def did_you_mean(name: str, known, cutoff: float = 0.6) -> str:
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -259,6 +259,7 @@ _FIELDS = {
     "simplex": {"type", "tasks", "values", "step"},
     "points": {"type", "values"},
 }
+_RANGES = {"uniform": Uniform, "loguniform": LogUniform, "randint": RandInt}
 
 
 def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | int:
@@ -295,7 +296,7 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
         if not isinstance(values, list) or not values:
             raise SweepError(f"{where}.values: expected a non-empty list, got {values!r}")
         return Categorical(key, where, values=values, expands=kind == "grid")
-    if kind in ("uniform", "loguniform", "randint"):
+    if kind in _RANGES:
         for name in ("low", "high"):
             if name not in raw:
                 raise SweepError(f"{where}.{name}: required for type {kind}")
@@ -308,7 +309,7 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
             raise SweepError(f"{where}: low must be < high, got low={low}, high={high}")
         if kind == "loguniform" and low <= 0:
             raise SweepError(f"{where}.low: must be > 0 for loguniform, got {low}")
-        return {"uniform": Uniform, "loguniform": LogUniform, "randint": RandInt}[kind](key, where, low=low, high=high)
+        return _RANGES[kind](key, where, low=low, high=high)
     if kind == "points":
         return _parse_points(key, raw, where)
     return _parse_simplex(key, raw, where, default_tasks)
@@ -325,9 +326,8 @@ def _parse_points(key: str, raw: dict, where: str) -> Points:
         if not isinstance(value, dict):
             raise SweepError(f"{at}: expected a mapping of config keys to values, got {value!r}")
         point = dotted(value)
-        for name in point:
-            if name == "train.seed":
-                raise SweepError(f"{at}.{name}: use the top-level `seeds:` list for seeds")
+        if "train.seed" in point:
+            raise SweepError(f"{at}.train.seed: use the top-level `seeds:` list for seeds")
         # A method before its settings (loss.weighting before loss.weighting.c), whatever the
         # order written: each override is set in turn and a method set later would replace them.
         point = dict(sorted(point.items(), key=lambda kv: kv[0].count(".")))

@@ -269,7 +269,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         raise SweepError(f"{where}: {exc}") from None
     name = spec.name or path.stem
     base = _load_base(spec, path, where, config_set, smoke_config)
-    dims, notes = _load_dims(spec, base, where, pinned=smoke_config if smoke else {})
+    dims, notes = _load_dims(spec, base, where, pinned=smoke_config)
     if smoke:
         _fit_tiny_depth(base, dims, spec.baseline or {})
     try:
@@ -291,7 +291,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     if raw.get("space") == {} and not spec.baseline:  # written out empty: not a default
         raise SweepError(f"{where}: space: empty and no baseline overrides, so the sweep would train "
                          "the base config twice; add a dimension, or train it once with `mtbert train`")
-    _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config if smoke else {})
+    _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config)
     return sweep
 
 
