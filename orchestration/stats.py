@@ -33,9 +33,8 @@ _SEED = 20_240_817  # fixed: the boundary is a constant of (first, last, level),
 
 @lru_cache(maxsize=None)
 def t_quantile(df: int, level: float = LEVEL) -> float:
-    """The two-sided t critical value (12.706 for df 1 at 95%). Cached: a leaderboard asks
-    once per configuration, and nearly all share a handful of n. scipy.special's inverse t
-    CDF, not scipy.stats (a second of import for the same function)."""
+    """The two-sided t critical value (12.706 for df 1 at 95%). scipy.special's inverse t CDF,
+    not scipy.stats (a second of import for the same function)."""
     from scipy.special import stdtrit
 
     return float(stdtrit(df, 0.5 + level / 2))
@@ -51,12 +50,10 @@ def sequential_level(first: int, last: int, level: float = LEVEL) -> float:
     The t-statistic does not change when the differences are shifted or scaled, so the joint
     law of (T_first, ..., T_last) is the same for every true mean and spread of normal
     per-seed differences: c is computed once, by Monte Carlo over SIMULATED_SEQUENCES
-    standard normal sequences drawn from a fixed seed, as the c whose intervals cover 0 at
-    every look in exactly `level` of them. Monte Carlo error: the simultaneous coverage of
-    the boundary is `level` ± 0.001 (two standard errors, √(0.95·0.05/200,000) = 0.0005).
-    Misses at two looks on opposite sides are rarer than 1 in 100,000 (3..12, 3..20), so each
-    side of the interval misses with half the rest: 2.5% each. About 0.3 s and 16 MB per 10
-    looks; cached per (first, last, level).
+    standard normal sequences from a fixed seed, as the c whose intervals cover 0 at every
+    look in exactly `level` of them (± 0.001, two standard errors). Misses at two looks on
+    opposite sides are rarer than 1 in 100,000, so each side misses 2.5%. About 0.3 s and
+    16 MB per 10 looks.
     """
     if not 2 <= first <= last:
         raise ValueError(f"looks ({first}, {last}): need 2 <= first <= last (an interval needs 2 seeds)")

@@ -2,10 +2,8 @@
 
 - Fixed trials: the baseline under each seed, and for grid/random the whole expanded plan.
   Emitting the baselines first lets their scores exist early; they never reach Optuna.
-- Optuna: each suggestion runs under every seed (`seeds:`) and Optuna is told the mean over
-  the seeds, per objective. Ray's `Repeater` does the same for one metric only; this one
-  handles multi-objective lists too.
-
+- Optuna: each suggestion runs under every seed and Optuna is told the mean over the seeds,
+  per objective (Ray's `Repeater` does the same for one metric only).
 - Adaptive seeds (`seeds: {start, max, budget}`): the fixed trials are the first round;
   `SeedRounds` adds the next rounds, one seed at a time, where a claim is still open.
 
@@ -17,10 +15,10 @@ MLflow run again, and a resumed adaptive sweep adds the same seeds as one never 
 from __future__ import annotations
 
 import math
-import os
 import pickle
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from ray.tune.search import Searcher
@@ -33,18 +31,17 @@ TM_METRICS = {"tm_relative_score": "tm_time_s", "tm_relative_score_compute": "tm
 
 class SeedRounds:
     """Adaptive seeds over the planned configurations (the baseline and the reference
-    included): seeds 0, 1, 2, ... in order, a round at a time.
+    included): seeds 0, 1, 2, ... in order, a round at a time (sweeps/README.md).
 
-    Round 1 is the planned trials, `start` seeds each. When every trial of a round has ended,
-    each claim is decided (verdicts.decide) on the figures its two configurations' trials
-    logged; a claim still undecided with fewer than `max` paired seeds is open, and each open
-    claim's two configurations get its next paired seed (a claim on a TM-relative score also
-    the baseline's: the score is taken against the same seed's baseline). The sweep ends when
-    no claim is open, or when the budget (trials in all, or the driver's hours) is spent: a
-    round that does not fit whole takes the open claims in file order while they fit.
+    When every trial of a round has ended, each claim is decided (verdicts.decide); a claim
+    still undecided with fewer than `max` paired seeds is open, and its two configurations get
+    its next paired seed (a claim on a TM-relative score also the baseline's: the score is taken
+    against the same seed's baseline). A round that does not fit the budget whole takes the
+    open claims in file order while they fit.
 
     A trial's figure is its best epoch's, as its MLflow run logs it (tracking.trial_figures over
-    the epochs Tune reported). Everything here is plain data, saved with the searcher."""
+    the epochs Tune reported). Everything here is plain data, saved with the searcher, so its
+    field names are what a resumed sweep's checkpoint holds."""
 
     def __init__(self, planner: Planner, first: list[dict[str, Any]]):
         from orchestration.sweep.claims import configurations, sides
@@ -290,9 +287,6 @@ class SweepSearcher(Searcher):
         if len(group["results"]) < group["size"]:
             return
         ok = [r for r in group["results"].values() if r]
-        if not ok:
-            self._inner.on_trial_complete(primary, None, error=True)
-            return
         metrics = self._inner.metric if isinstance(self._inner.metric, list) else [self._inner.metric]
         mean = {}
         for name in metrics:
@@ -300,7 +294,7 @@ class SweepSearcher(Searcher):
             values = [v for v in values if not math.isnan(v)]
             if values:
                 mean[name] = sum(values) / len(values)
-        if len(mean) < len(metrics):
+        if len(mean) < len(metrics):  # no seed of the group reported a metric (all failed)
             self._inner.on_trial_complete(primary, None, error=True)
         else:
             self._inner.on_trial_complete(primary, mean)
@@ -317,17 +311,15 @@ class SweepSearcher(Searcher):
         if self._rounds is not None:
             self._rounds.restored()
 
+    # One checkpoint file holds both: this searcher's state and the inner (Optuna) searcher's
+    # own checkpoint, which it only writes to and reads from a path.
     def save(self, checkpoint_path: str) -> None:
         inner_blob = None
         if self._inner is not None:
-            fd, tmp = tempfile.mkstemp(suffix=".pkl")
-            os.close(fd)
-            try:
-                self._inner.save(tmp)
-                with open(tmp, "rb") as f:
-                    inner_blob = f.read()
-            finally:
-                os.unlink(tmp)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp, "inner.pkl")
+                self._inner.save(str(path))
+                inner_blob = path.read_bytes()
         with open(checkpoint_path, "wb") as f:
             pickle.dump({"state": self.get_state(), "inner": inner_blob}, f)
 
@@ -336,14 +328,10 @@ class SweepSearcher(Searcher):
             saved = pickle.load(f)
         self.set_state(saved["state"])
         if saved["inner"] is not None and self._inner is not None:
-            fd, tmp = tempfile.mkstemp(suffix=".pkl")
-            os.close(fd)
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(saved["inner"])
-                self._inner.restore(tmp)
-            finally:
-                os.unlink(tmp)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp, "inner.pkl")
+                path.write_bytes(saved["inner"])
+                self._inner.restore(str(path))
 
 
 def make_searcher(planner: Planner, announce: bool = False) -> SweepSearcher:

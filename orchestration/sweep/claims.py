@@ -1,15 +1,5 @@
-"""Claims: what a sweep sets out to show, declared in its YAML (`claims:`) and decided from its runs.
-
-    claims:
-      - name: hybrid-bert ≈ 3-bert
-        metric: overall
-        a: {sharing.encoder_shared_layers: 3}
-        b: {sharing.encoder_shared_layers: 0}
-        relation: "≈"          # > (A better), < (A worse), ≈ or ~ (no difference that matters)
-        min_effect: 0.01       # the smallest difference that matters, on the metric's scale
-        source: hybrid-bert-layer-sharing.txt, Table 1
-        paper_effect: 0.0      # the paper's own A − B on this metric, if it gives one
-        paper: 0.772 vs 0.772 (one run each)
+"""Claims: what a sweep sets out to show, declared in its YAML (`claims:`, described with an
+example in sweeps/README.md) and decided from its runs.
 
 A selector (a, b) names one configuration of the sweep: flattened config keys (as the trials'
 MLflow params) -> values, a mapping value (loss.weights) matching key by key, numbers within
@@ -18,10 +8,8 @@ search). A selector without `role` never picks the frozen reference, which share
 with real rows. The experiment is the sweep's own: it is added to both sides at load, so a
 store alone tells `mtbert findings` which runs a claim reads.
 
-Checked at load, one line each naming the file and the claim: the keys of a claim and their
-types, the relation, min_effect > 0, the metric (a figure every trial logs), every selector
-key (a config key), and, for grid and random sweeps whose configurations are known before
-any trial runs, that each side selects exactly one of them.
+Checked at load, one line each naming the file and the claim; for grid and random sweeps,
+whose configurations are known before any trial runs, each side must select exactly one.
 """
 from __future__ import annotations
 
@@ -191,9 +179,7 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
             raise SweepError(f"{at}: expected a mapping with {', '.join(REQUIRED)}, got {item!r}")
         for key in item:
             if key not in FIELDS:
-                close = difflib.get_close_matches(str(key), sorted(FIELDS), n=1, cutoff=0.5)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise SweepError(f"{at}.{key}: unknown key{hint}")
+                raise SweepError(f"{at}.{key}: unknown key{_closest(str(key), FIELDS, cutoff=0.5)}")
         for key in REQUIRED:
             if key not in item:
                 raise SweepError(f"{at}.{key}: required")
@@ -225,16 +211,8 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
 
 # --------------------------------------------------------------------------- checking
 
-def known_metrics(tasks: list[str]) -> set[str]:
-    """The figures every finished trial logs as run metrics (its best epoch's scores, its
-    measurements, its TM-relative scores), as mtbert.figures declares them."""
-    from mtbert.figures import run_figures
-
-    return set(run_figures(tasks))
-
-
-def _closest(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, sorted(known), n=1)
+def _closest(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -253,7 +231,9 @@ def check_claims(claims: list[Claim], configs: list[Configuration], tasks: list[
     """The metric and the selectors of every claim, against the sweep's configurations
     (`known_points`: grid/random, every configuration planned; optuna: only the keys can be
     checked, the searched configurations come later)."""
-    metrics = known_metrics(tasks)
+    from mtbert.figures import run_figures
+
+    metrics = set(run_figures(tasks))  # what every finished trial logs as run metrics
     keys = _config_keys(configs)
     for i, claim in enumerate(claims):
         at = _where(where, i, claim.name)
@@ -295,9 +275,8 @@ def to_doc(claims: list[Claim], seeds: dict[str, Any]) -> str:
 def from_doc(text: str) -> list[Claim]:
     out = []
     for item in json.loads(text).get("claims", []):
-        item = {k: v for k, v in item.items() if k in FIELDS or k == "looks"}
-        looks = item.pop("looks", None)
-        out.append(Claim(**item, looks=tuple(looks) if looks else None))
+        looks = item.get("looks")
+        out.append(Claim(**{k: v for k, v in item.items() if k in FIELDS}, looks=tuple(looks) if looks else None))
     return out
 
 

@@ -52,14 +52,6 @@ class Planner:
         return {"key": trial_key(variant, seed), "variant": variant, "role": role, "seed": seed,
                 "values": values, "config": config}
 
-    def baseline_trials(self) -> list[dict[str, Any]]:
-        return [self.trial(BASELINE, "baseline", self.sweep.baseline, s) for s in self.sweep.seeds]
-
-    def reference_trials(self) -> list[dict[str, Any]]:
-        if self.sweep.reference is None:
-            return []
-        return [self.trial(REFERENCE, REFERENCE, self.sweep.reference, s) for s in self.sweep.seeds]
-
     def decode(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Raw parameters -> config overrides (dotted keys): a points dimension gives all of
         its point's keys, so a trial's values, params and labels name config keys only."""
@@ -104,15 +96,18 @@ class Planner:
         return self._fixed
 
     def _expand(self) -> list[dict[str, Any]]:
-        trials = self.baseline_trials() + self.reference_trials()
+        seeds = self.sweep.seeds
+        trials = [self.trial(BASELINE, "baseline", self.sweep.baseline, s) for s in seeds]
+        baselines = {t["seed"]: t for t in trials}
+        if self.sweep.reference is not None:
+            trials += [self.trial(REFERENCE, REFERENCE, self.sweep.reference, s) for s in seeds]
         if self.sweep.spec.search.algorithm == "optuna":
             return trials
-        baselines = {t["seed"]: t for t in trials if t["role"] == "baseline"}
         points = self.search_values()
         width = max(3, len(str(len(points))))
         for i, values in enumerate(points):
             variant = f"p{i:0{width}d}"
-            for seed in self.sweep.seeds:
+            for seed in seeds:
                 trial = self.trial(variant, "search", values, seed)
                 if "__invalid__" in trial["config"]:
                     raise SweepError(f"{self.sweep.source}: space point {values}: "

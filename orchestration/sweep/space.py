@@ -1,19 +1,11 @@
-"""Search-space dimensions: one small class per `type:` of a `space:` entry.
+"""Search-space dimensions: one small class per `type:` of a `space:` entry (the types, with
+examples, are listed in sweeps/README.md under "Dimensions").
 
 A dimension turns its YAML mapping into (a) Ray Tune domains over *raw* parameters, which
 both Ray's variant generator (grid/random) and Optuna can sample, and (b) a `decode` from
 those raw parameters back to the config value. Categorical dimensions sample an index, not
 the value itself, because Optuna only accepts scalars as categories while a value may be a
 list or a weight mapping.
-
-    space:
-      sharing.head_regime: {type: grid, values: [I-I-I, S-I-I]}   # expanded by `grid` search
-      optim.lr: {type: loguniform, low: 1.0e-5, high: 1.0e-3}
-      freeze.layers: {type: randint, low: 0, high: 2}             # high is inclusive
-      loss.weights: {type: simplex, step: 0.25}                   # weights >= 0 summing to 1
-      arm:                        # a name of your choosing: each point sets its keys together
-        type: points
-        values: [{loss.weighting: pcgrad}, {loss.weighting: static, train.epochs: 15}]
 
 Most dimensions set one config key, their own `key`. A `points` dimension sets several at once
 (`config_keys`), so code that turns a dimension into config values goes through `overrides` and
@@ -25,7 +17,7 @@ import difflib
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from ray import tune
 
@@ -38,9 +30,20 @@ SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay re
 POINTS_TAG = "space_points"
 
 
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _index_domain(n: int, grid: bool) -> Any:
+    """A categorical over the indices of n options (expanded when `grid`)."""
+    index = list(range(n))
+    return tune.grid_search(index) if grid else tune.choice(index)
+
+
 @dataclass
 class Dimension:
-    key: str  # dotted config key, e.g. "optim.lr"
+    key: str  # dotted config key, e.g. "optim.lr" (a points dimension: its name)
     where: str  # "sweeps/x.yaml: space.optim.lr", for error messages
 
     type_name = ""
@@ -91,9 +94,7 @@ class Categorical(Dimension):
         return list(self.values)
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
-        index = list(range(len(self.values)))
-        grid = expand_grid and self.expands
-        return {self.key: tune.grid_search(index) if grid else tune.choice(index)}
+        return {self.key: _index_domain(len(self.values), expand_grid and self.expands)}
 
     def decode(self, raw: dict[str, Any]) -> Any:
         return self.values[int(raw[self.key])]
@@ -131,14 +132,9 @@ class LogUniform(Uniform):
 
 
 @dataclass
-class RandInt(Dimension):
-    low: int = 0
-    high: int = 1  # inclusive, unlike tune.randint
-
+class RandInt(Uniform):
+    """Integers from low to high, both inclusive (unlike tune.randint)."""
     type_name = "randint"
-
-    def check_values(self) -> list[Any]:
-        return [self.low, self.high]
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
         return {self.key: tune.randint(self.low, self.high + 1)}
@@ -147,7 +143,7 @@ class RandInt(Dimension):
         return int(raw[self.key])
 
     def describe(self) -> dict[str, Any]:
-        return {"type": self.type_name, "low": self.low, "high": self.high, "inclusive": True}
+        return {**super().describe(), "inclusive": True}
 
 
 @dataclass
@@ -176,8 +172,7 @@ class Simplex(Dimension):
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
         if self.points is not None:
-            index = list(range(len(self.points)))
-            return {self.key: tune.grid_search(index) if expand_grid else tune.choice(index)}
+            return {self.key: _index_domain(len(self.points), expand_grid)}
         return {self._raw_name(t): tune.uniform(1e-9, 1.0) for t in self.tasks}
 
     def decode(self, raw: dict[str, Any]) -> Any:
@@ -187,12 +182,9 @@ class Simplex(Dimension):
         return round_simplex(dict(zip(self.tasks, (d / sum(draws) for d in draws))))
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type_name, "tasks": self.tasks}
         if self.points is not None:
-            out["values"] = self.points
-        else:
-            out["distribution"] = "dirichlet(1)"
-        return out
+            return {"type": self.type_name, "tasks": self.tasks, "values": self.points}
+        return {"type": self.type_name, "tasks": self.tasks, "distribution": "dirichlet(1)"}
 
 
 @dataclass
@@ -206,24 +198,17 @@ class Points(Dimension):
 
     type_name = "points"
 
-    def check_values(self) -> list[Any]:
-        return [dict(p) for p in self.points]
-
     def check_overrides(self) -> list[dict[str, Any]]:
-        return self.check_values()
+        return [dict(p) for p in self.points]
 
     def config_keys(self) -> list[str]:
         return list(dict.fromkeys(k for p in self.points for k in p))
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
-        index = list(range(len(self.points)))
-        return {self.key: tune.grid_search(index) if expand_grid else tune.choice(index)}
-
-    def decode(self, raw: dict[str, Any]) -> Any:
-        return dict(self.points[int(raw[self.key])])
+        return {self.key: _index_domain(len(self.points), expand_grid)}
 
     def overrides(self, raw: dict[str, Any]) -> dict[str, Any]:
-        return self.decode(raw)
+        return dict(self.points[int(raw[self.key])])
 
     def describe(self) -> dict[str, Any]:
         return {"type": self.type_name, "keys": self.config_keys(), "values": self.points}
@@ -259,11 +244,8 @@ def round_simplex(weights: dict[str, float]) -> dict[str, float]:
 def simplex_lattice(tasks: list[str], step: float) -> list[dict[str, float]]:
     """Every weighting whose weights are multiples of `step` and sum to 1."""
     n = round(1 / step)
-    points = []
-    for combo in itertools.product(range(n + 1), repeat=len(tasks)):
-        if sum(combo) == n:
-            points.append({t: round(c / n, SIMPLEX_DECIMALS) for t, c in zip(tasks, combo)})
-    return points
+    return [{t: round(c / n, SIMPLEX_DECIMALS) for t, c in zip(tasks, combo)}
+            for combo in itertools.product(range(n + 1), repeat=len(tasks)) if sum(combo) == n]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -277,6 +259,7 @@ _FIELDS = {
     "simplex": {"type", "tasks", "values", "step"},
     "points": {"type", "values"},
 }
+_RANGES = {"uniform": Uniform, "loguniform": LogUniform, "randint": RandInt}
 
 
 def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | int:
@@ -301,39 +284,32 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
         raise SweepError(f"{where}: expected a mapping with 'type' (or a list of grid values), got {raw!r}")
     kind = raw.get("type")
     if kind not in _FIELDS:
-        close = difflib.get_close_matches(str(kind), _FIELDS, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise SweepError(f"{where}.type: expected one of {', '.join(_FIELDS)}; got {kind!r}{hint}")
+        raise SweepError(f"{where}.type: expected one of {', '.join(_FIELDS)}; got {kind!r}"
+                         f"{did_you_mean(str(kind), _FIELDS)}")
     for name in raw:
         if name not in _FIELDS[kind]:
-            close = difflib.get_close_matches(str(name), _FIELDS[kind], n=1, cutoff=0.5)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise SweepError(f"{where}.{name}: unknown key for type {kind}{hint}")
+            raise SweepError(f"{where}.{name}: unknown key for type {kind}"
+                             f"{did_you_mean(str(name), _FIELDS[kind], cutoff=0.5)}")
 
     if kind in ("grid", "choice"):
         values = raw.get("values")
         if not isinstance(values, list) or not values:
             raise SweepError(f"{where}.values: expected a non-empty list, got {values!r}")
         return Categorical(key, where, values=values, expands=kind == "grid")
-    if kind in ("uniform", "loguniform"):
+    if kind in _RANGES:
         for name in ("low", "high"):
             if name not in raw:
                 raise SweepError(f"{where}.{name}: required for type {kind}")
-        low, high = _number(raw["low"], "low", where), _number(raw["high"], "high", where)
-        if not low < high:
+        integer = kind == "randint"
+        low = _number(raw["low"], "low", where, integer)
+        high = _number(raw["high"], "high", where, integer)
+        if integer and not low <= high:
+            raise SweepError(f"{where}: low must be <= high (both inclusive), got low={low}, high={high}")
+        if not integer and not low < high:
             raise SweepError(f"{where}: low must be < high, got low={low}, high={high}")
         if kind == "loguniform" and low <= 0:
             raise SweepError(f"{where}.low: must be > 0 for loguniform, got {low}")
-        return (Uniform if kind == "uniform" else LogUniform)(key, where, low=low, high=high)
-    if kind == "randint":
-        for name in ("low", "high"):
-            if name not in raw:
-                raise SweepError(f"{where}.{name}: required for type randint")
-        low = _number(raw["low"], "low", where, integer=True)
-        high = _number(raw["high"], "high", where, integer=True)
-        if not low <= high:
-            raise SweepError(f"{where}: low must be <= high (both inclusive), got low={low}, high={high}")
-        return RandInt(key, where, low=low, high=high)
+        return _RANGES[kind](key, where, low=low, high=high)
     if kind == "points":
         return _parse_points(key, raw, where)
     return _parse_simplex(key, raw, where, default_tasks)
@@ -350,9 +326,8 @@ def _parse_points(key: str, raw: dict, where: str) -> Points:
         if not isinstance(value, dict):
             raise SweepError(f"{at}: expected a mapping of config keys to values, got {value!r}")
         point = dotted(value)
-        for name in point:
-            if name == "train.seed":
-                raise SweepError(f"{at}.{name}: use the top-level `seeds:` list for seeds")
+        if "train.seed" in point:
+            raise SweepError(f"{at}.train.seed: use the top-level `seeds:` list for seeds")
         # A method before its settings (loss.weighting before loss.weighting.c), whatever the
         # order written: each override is set in turn and a method set later would replace them.
         point = dict(sorted(point.items(), key=lambda kv: kv[0].count(".")))

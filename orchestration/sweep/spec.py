@@ -5,44 +5,9 @@ key gets the closest valid one, a wrong type gets path / expected / value, and *
 the search space can produce for a config key* is run through the config validation (and
 the encoder-depth checks), so a bad head regime in a choice fails now, not in trial 7.
 
-Top-level keys (see sweeps/*.yaml for commented examples):
-
-    base / base_config   the config every trial starts from (inline mapping and/or a file)
-    space                dotted config key -> dimension (grid, choice, uniform, loguniform,
-                         randint, simplex), or a name -> points (tied values: each point a set
-                         of config overrides); see orchestration/sweep/space.py
-    search               algorithm grid|random|optuna, seed, metric, mode, objectives
-    scheduler            type fifo|asha, grace_period, reduction_factor, max_t
-    num_samples          grid: repeats of the grid; random/optuna: sampled configurations
-    max_concurrent, max_failures, resources {cpu, gpu}
-    baseline             config overrides of the baseline trial (TM-relative score = 1)
-    reference            true: also run the frozen reference under each seed (the encoder as it
-                         came, linear heads: mtbert.config.REFERENCE, on the sweep's budget); or a
-                         mapping of config overrides over it. The leaderboard names the row.
-    seeds                every configuration (and the baseline) runs under each seed: a list, or
-                         adaptive, {start, max, budget}: see below
-    claims               what the sweep sets out to show: orchestration/sweep/claims.py
-    tracking             {uri, experiment, outage_s, tm_score, log_models, register_model}
-    smoke                overrides applied by --smoke, on top of the built-in smoke shrink
-
-Claims and adaptive seeds. A claim compares two configurations of the sweep on one figure; an
-adaptive `seeds:` spends seeds only where a claim is still open (orchestration/run/searcher.py):
-
-    claims:
-      - name: 3-bert > 1-bert
-        metric: overall              # a figure of every finished trial (mtbert/figures.py: run_figures)
-        a: {sharing.encoder_shared_layers: 0}
-        b: {role: baseline}          # or config keys; role: baseline | reference | search
-        relation: ">"                # > | < | ≈ (~)
-        min_effect: 0.01             # the smallest difference that matters
-        source: hybrid-bert-layer-sharing.txt, Table 1
-        paper_effect: 0.011          # the paper's own A − B (optional)
-        paper: 0.772 vs 0.761        # the paper's numbers in words (optional)
-    seeds: {start: 3, max: 12, budget: {trials: 60, hours: 2}}
-    # seeds 0, 1, 2, ... (base train.seed plays no part): every configuration starts with
-    # `start`; after each round the claims are decided on the sweep's results, and only the
-    # configurations an undecided claim names get one more seed, until every claim is decided,
-    # a claim has `max` paired seeds, or the budget (both optional) is spent.
+Every key of a sweep file is described in sweeps/README.md; the schema is `SweepFile` below,
+dimensions are in orchestration/sweep/space.py, claims in orchestration/sweep/claims.py, and
+adaptive seeds (spent only where a claim is still open) in orchestration/run/searcher.py.
 
 `--set KEY=VALUE` and `smoke:` entries use one rule: a key whose first part is a sweep key
 (num_samples, search.seed, ...) changes the sweep; any other key (optim.lr, base.optim.lr)
@@ -51,17 +16,16 @@ changes the base config.
 from __future__ import annotations
 
 import copy
-import difflib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from mtbert import figures
-from mtbert.config import (ConfigError, coerce, build_config, parse_override, read_yaml,
+from mtbert.config import (Config, ConfigError, coerce, build_config, parse_override, read_yaml,
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
-from orchestration.sweep.space import Dimension, Points, dotted, parse_dimension, values_of
+from orchestration.sweep.space import Dimension, Points, did_you_mean, dotted, parse_dimension, values_of
 
 
 # --------------------------------------------------------------------------- schema
@@ -94,18 +58,12 @@ class ResourcesSpec:
 class TrackingSpec:
     uri: str | None = None  # null = --tracking-uri, $MLFLOW_TRACKING_URI, or sqlite:///<cwd>/mlflow.db
     experiment: str | None = None  # null = the sweep name; --smoke adds SMOKE_SUFFIX
-    # A tracking server may restart mid-sweep: writes queue (and trials train) this long
-    # before the sweep stops cleanly with a resume command. Seconds.
-    outage_s: float = 180.0
-    # The leaderboard's headline TM-relative score (its first TM column, `--sort tm`, the Pareto
-    # plot's cost axis): compute (counted training FLOPs: the same on a loaded machine, so a
-    # rerun reproduces it) or wall (measured train time, which a busy neighbour moves).
+    outage_s: float = 180.0  # seconds writes queue (trials train on) before the sweep stops to resume
+    # The leaderboard's headline TM-relative score: compute (counted training FLOPs, which a
+    # rerun reproduces on a loaded machine) or wall (measured train time).
     tm_score: Literal["wall", "compute"] = "compute"
-    # Which trials log their best-epoch bundle to their child run as an MLflow model: best
-    # (the sweep's best trial), all (every trial: a bundle per trial on disk), or none.
-    log_models: Literal["best", "all", "none"] = "best"
-    # A Model Registry name: the best trial's model is registered under it (null = not registered).
-    register_model: str | None = None
+    log_models: Literal["best", "all", "none"] = "best"  # which trials log an MLflow model
+    register_model: str | None = None  # a Model Registry name for the best trial's model
 
 
 @dataclass
@@ -149,8 +107,8 @@ class SweepFile:
     smoke: dict[str, Any] | None = None
 
 
-SWEEP_KEYS = {"name", "description", "search", "scheduler", "num_samples", "max_concurrent",
-              "max_failures", "resources", "seeds", "tracking", "reference"}
+FILE_ONLY = ("space", "baseline", "smoke", "base", "base_config", "claims")  # not changed by --set
+SWEEP_KEYS = {f.name for f in fields(SweepFile)} - set(FILE_ONLY)
 
 # --smoke keeps an adaptive design adaptive, in its smallest form: one seed each, then a
 # second one where a claim is open (with one seed there is no interval: every claim is).
@@ -175,8 +133,10 @@ SMOKE_CONFIG: dict[str, Any] = {
     "train.device": "cpu",
     "sampling.steps_per_epoch": 4,
 }
-SMOKE_MAX_POINTS = 3
+SMOKE_MAX_POINTS = 3  # searched configurations per seed (plus the baseline)
+SMOKE_MAX_TINY_LAYERS = 12
 SMOKE_SUFFIX = "-smoke"  # of a --smoke run's MLflow experiment: `<experiment>-smoke`
+DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
 
 
 def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -189,9 +149,7 @@ def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     out = {k: v for k, v in REFERENCE.items() if not k.startswith("train.")}
     out.update({"sts.head": None, "optim.head_lr": None, "model.pooling": "mean"})
     out.update(dotted(extra or {}))
-    return out  # searched configurations per seed (plus the baseline)
-SMOKE_MAX_TINY_LAYERS = 12
-DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
+    return out
 
 
 @dataclass
@@ -227,10 +185,7 @@ class Sweep:
 
     def config_for(self, values: dict[str, Any], seed: int) -> dict[str, Any]:
         """The full nested config of one trial (validated); raises ConfigError."""
-        raw = copy.deepcopy(self.base)
-        for key, value in values.items():
-            set_dotted(raw, key, copy.deepcopy(value))
-        set_dotted(raw, "train.seed", seed)
+        raw = _overridden(self.base, {**values, "train.seed": seed})
         return to_dict(_validated(absolute_config_paths(raw)))
 
     def epoch_budget(self) -> int:
@@ -239,6 +194,13 @@ class Sweep:
         if "train.epochs" in self.baseline:
             budgets.append(int(self.baseline["train.epochs"]))
         return max(budgets)
+
+
+def _overridden(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    raw = copy.deepcopy(base)
+    for key, value in overrides.items():
+        set_dotted(raw, key, copy.deepcopy(value))
+    return raw
 
 
 def _validated(raw: dict[str, Any]):
@@ -273,7 +235,7 @@ def split_overrides(items: list[str] | dict[str, Any] | None, where: str) -> tup
             sweep_level[key] = value
         elif head == "base" and "." in key:
             config[key.split(".", 1)[1]] = value
-        elif head in ("space", "baseline", "smoke", "base", "base_config", "claims"):
+        elif head in FILE_ONLY:
             raise SweepError(f"{where} {key}: '{head}' can only be changed in the sweep file")
         else:
             config[key] = value
@@ -290,7 +252,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     where = str(path)
     _check_shape(raw, where)
     sweep_set, config_set = split_overrides(overrides, "--set")
-    full_budget = _full_epoch_budget(raw, path, where, overrides) if smoke else None
+    full_budget = _full_epoch_budget(raw, path, where, config_set) if smoke else None
     smoke_config: dict[str, Any] = {}
     if smoke:
         if raw.get("smoke") is not None and not isinstance(raw["smoke"], dict):
@@ -307,7 +269,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         raise SweepError(f"{where}: {exc}") from None
     name = spec.name or path.stem
     base = _load_base(spec, path, where, config_set, smoke_config)
-    dims, notes = _load_dims(spec, base, where, pinned=smoke_config if smoke else {})
+    dims, notes = _load_dims(spec, base, where, pinned=smoke_config)
     if smoke:
         _fit_tiny_depth(base, dims, spec.baseline or {})
     try:
@@ -322,26 +284,20 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
                   baseline=dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
                   reference=reference, adaptive=adaptive)
-    _check_dims(sweep, where)
-    _check_baseline(sweep, where)
-    _check_reference(sweep, where)
+    _check_configs(sweep, where)
     _check_search(sweep, where, base_cfg.tasks)
     _check_scheduler(sweep, where, full_budget)
     _check_counts(sweep, where)
     if raw.get("space") == {} and not spec.baseline:  # written out empty: not a default
         raise SweepError(f"{where}: space: empty and no baseline overrides, so the sweep would train "
                          "the base config twice; add a dimension, or train it once with `mtbert train`")
-    _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config if smoke else {})
+    _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config)
     return sweep
-
-
-CONFIG_KEYS = {"tasks", "plugins", "model", "data", "sharing", "heads", "freeze", "optim", "loss",
-               "sampling", "pairs", "sts", "task_options", "train"}
 
 
 def _check_shape(raw: dict, where: str) -> None:
     """Mistakes of shape that the key-by-key check would word badly."""
-    stray = sorted(k for k in raw if k in CONFIG_KEYS)
+    stray = sorted(k for k in raw if k in {f.name for f in fields(Config)})
     if stray and not any(k in raw for k in ("space", "base", "base_config")):
         raise SweepError(f"{where}: a training config (it has {', '.join(k + ':' for k in stray)}), not a "
                          f"sweep file; train it with `mtbert train --config {where}`, or name it in a "
@@ -354,12 +310,11 @@ def _check_shape(raw: dict, where: str) -> None:
                          "(base: takes an inline mapping of config keys)")
 
 
-def _full_epoch_budget(raw: dict, path: Path, where: str, overrides: list[str] | None) -> int | None:
+def _full_epoch_budget(raw: dict, path: Path, where: str, config_set: dict) -> int | None:
     """The epoch budget of the sweep as it runs for real, before --smoke shrinks it (None when
     the file does not parse: the smoke load reports that)."""
     try:
         spec = coerce(SweepFile, copy.deepcopy(raw), "")
-        _, config_set = split_overrides(overrides, "--set")
         base = _load_base(spec, path, where, config_set, {})
         budgets = [int(((base.get("train") or {}).get("epochs")) or 3)]
         dims = [parse_dimension(str(key), raw_dim, where, []) for key, raw_dim in spec.space.items()
@@ -419,7 +374,7 @@ def _load_dims(spec: SweepFile, base: dict, where: str, pinned: dict) -> tuple[l
     dims, notes = [], []
     for key, raw_dim in spec.space.items():
         key = str(key)
-        if key in ("train.seed",):
+        if key == "train.seed":
             raise SweepError(f"{where}: space.{key}: use the top-level `seeds:` list for seeds")
         dim = parse_dimension(key, raw_dim, f"{where}: space.{key}", tasks)
         _check_overlap(dim, dims)
@@ -476,12 +431,14 @@ def _check_dropped(dim: Dimension, base: dict) -> None:
     """A dimension --smoke drops is still checked value by value (config rules only: its
     values may name a real encoder the smoke run never loads), so that a CI smoke pass does
     not wave through a sweep file that fails for real."""
+    _check_values(dim, lambda overrides: build_config(_overridden(base, overrides), source="@"))
+
+
+def _check_values(dim: Dimension, build) -> None:
+    """Every value of `dim` through `build` (overrides -> config), one line per ConfigError."""
     for i, overrides in enumerate(dim.check_overrides()):
-        raw = copy.deepcopy(base)
-        for key, value in overrides.items():
-            set_dotted(raw, key, copy.deepcopy(value))
         try:
-            build_config(raw, source="@")
+            build(overrides)
         except ConfigError as exc:
             raise _dim_error(exc, dim, i, overrides) from None
 
@@ -522,46 +479,28 @@ def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
     set_dotted(base, "model.tiny.layers", min(max(depths), SMOKE_MAX_TINY_LAYERS))
 
 
-def _check_dims(sweep: Sweep, where: str) -> None:
+def _check_configs(sweep: Sweep, where: str) -> None:
+    """Every value of every dimension, the baseline and the reference, as full trial configs."""
     for dim in sweep.dims:
-        for i, overrides in enumerate(dim.check_overrides()):
-            try:
-                sweep.config_for(overrides, sweep.seeds[0])
-            except ConfigError as exc:
-                raise _dim_error(exc, dim, i, overrides) from None
-
-
-def _check_baseline(sweep: Sweep, where: str) -> None:
-    try:
-        sweep.config_for(sweep.baseline, sweep.seeds[0])
-    except ConfigError as exc:
-        raise _config_error(exc, f"{where}: baseline") from None
-
-
-def _check_reference(sweep: Sweep, where: str) -> None:
-    if sweep.reference is None:
-        return
-    try:
-        sweep.config_for(sweep.reference, sweep.seeds[0])
-    except ConfigError as exc:
-        raise _config_error(exc, f"{where}: reference") from None
-
-
-def _known_metrics(tasks: list[str]) -> set[str]:
-    """The per-epoch figures of train()'s report a search metric or objective may name."""
-    return set(figures.searchable(tasks))
+        _check_values(dim, lambda overrides: sweep.config_for(overrides, sweep.seeds[0]))
+    for name, overrides in (("baseline", sweep.baseline), ("reference", sweep.reference)):
+        if overrides is None:
+            continue
+        try:
+            sweep.config_for(overrides, sweep.seeds[0])
+        except ConfigError as exc:
+            raise _config_error(exc, f"{where}: {name}") from None
 
 
 def _check_metric(name: str, at: str, known: set[str]) -> None:
     if name not in known:
-        close = difflib.get_close_matches(name, sorted(known), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise SweepError(f"{at}: unknown metric '{name}'{hint}; known: {', '.join(sorted(known))}")
+        raise SweepError(f"{at}: unknown metric '{name}'{did_you_mean(name, known)}; "
+                         f"known: {', '.join(sorted(known))}")
 
 
 def _check_search(sweep: Sweep, where: str, tasks: list[str]) -> None:
     search = sweep.spec.search
-    known = _known_metrics(tasks)
+    known = set(figures.searchable(tasks))  # the per-epoch figures of train()'s report
     _check_metric(search.metric, f"{where}: search.metric", known)
     if search.algorithm == "optuna" and not sweep.dims:
         raise SweepError(f"{where}: space: optuna needs at least one dimension to search")
