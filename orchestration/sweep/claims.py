@@ -3,7 +3,7 @@ example in sweeps/README.md) and decided from its runs.
 
 A selector (a, b) names one configuration of the sweep: flattened config keys (as the trials'
 MLflow params) -> values, a mapping value (loss.weights) matching key by key, numbers within
-1e-3 (0.333 selects a logged 0.3333), plus the special key `role` (baseline, reference,
+0.1% of each other (0.333 selects a logged 0.3333; 1e-4 never selects 3e-4), plus the special key `role` (baseline, reference,
 search). A selector without `role` never picks the frozen reference, which shares its keys
 with real rows. The experiment is the sweep's own: it is added to both sides at load, so a
 store alone tells `mtbert findings` which runs a claim reads.
@@ -27,6 +27,8 @@ RELATIONS = (">", "<", "≈")
 SPELLINGS = {"~": "≈"}  # ASCII for ≈
 ROLES = ("baseline", "reference", "search")
 SPECIAL = ("experiment", "role")
+# Relative: learning rates are 1e-5..1e-3, where any absolute tolerance wide enough for a
+# rounded 0.333 makes every rate equal.
 TOLERANCE = 1e-3
 
 
@@ -61,7 +63,7 @@ _MISSING = object()
 
 def same(value: Any, want: Any) -> bool:
     """A configuration's value against a selector's: None only matches None, numbers within
-    TOLERANCE, anything else by its text."""
+    TOLERANCE of each other (relative), anything else by its text."""
     if value is _MISSING:
         return False
     if want is None or value is None:
@@ -69,7 +71,7 @@ def same(value: Any, want: Any) -> bool:
     if isinstance(want, bool) or isinstance(value, bool):
         return value == want
     if isinstance(want, (int, float)) and isinstance(value, (int, float)):
-        return math.isclose(float(value), float(want), abs_tol=TOLERANCE)
+        return math.isclose(float(value), float(want), rel_tol=TOLERANCE)
     return str(value) == str(want)
 
 

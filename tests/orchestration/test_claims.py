@@ -206,3 +206,11 @@ def test_findings_reads_claims_from_a_file_or_from_the_store(sweep_file, tmp_pat
     assert main(["findings", str(bad), "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"{bad}: claims[0] (S-I-I > I-I-I).relation" in err
+
+
+def test_numbers_match_within_a_relative_tolerance():
+    from orchestration.sweep.claims import same
+
+    assert same(0.3333, 0.333) and same(0.0, 0.0) and same(2, 2.0)
+    # Learning rates differ by factors, not by 1e-3: none may select another.
+    assert not same(1e-4, 3e-4) and not same(5e-5, 1e-4) and not same(1e-9, 0.0)
