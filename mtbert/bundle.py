@@ -10,31 +10,25 @@
       bundle.json     vocabulary size and padding id, the format version; in a slim bundle,
                       `frozen`: where the frozen tensors come from and their digest
 
-`load_model(dir)` rebuilds the model from these, on CPU or GPU: the architecture from
-encoder/, the weights from model.pt (a slim bundle's frozen ones from the pretrained model it
-names, below). config.yaml keeps the `model.name_or_path` it trained
-from (so `mtbert train --config` re-runs it), but loading a self-contained bundle never reads
-that folder or hub name: copied to another machine, without the pretrained model, it loads the
-same. Predictions go through the same length-sorted batches as the training loop's dev
-evaluation, so a bundle's dev scores are the run's to the last digit on the same device.
+`load_model(dir)` rebuilds the model from these, on CPU or GPU. Loading a self-contained
+bundle never reads the `model.name_or_path` its config names, so it loads the same anywhere.
+Predictions go through the same length-sorted batches as the training loop's dev evaluation,
+so a bundle's dev scores are the run's to the last digit on the same device.
 
-Slim bundles. Frozen layers (`freeze.layers`) never change, so a trial that stored them would
-store the same pretrained tensors as every other trial of its sweep: 87 MB of MiniLM beside the
-2-6 MB of heads a head-only trial trains. With `train.bundle: slim` (the default) best/ leaves them out
-and bundle.json names them instead:
+Slim bundles. Frozen layers (`freeze.layers`) are the same pretrained tensors in every trial of
+a sweep (87 MB of MiniLM beside 2-6 MB of heads), so with `train.bundle: slim` (the default)
+best/ leaves them out and bundle.json names them instead:
 
     "frozen": {"from": the model.name_or_path the run resolved (a local folder made absolute),
                "digest": frozen_digest of those tensors (the frozen-layer cache's key),
                "layers": how many encoder layers are frozen}
 
-load_model then rebuilds them from that pretrained model (or from `encoder=`, e.g. the same
-model in another folder) and checks the digest; a missing model or other weights are one line
-that says so. `train.bundle: full` stores every tensor, and `mtbert bundle DIR [--output OUT]`
-(make_self_contained) turns a slim bundle into a full one where its model is; a model logged to
-MLflow is always self-contained. A run with nothing frozen stores every weight either way, and
-so does a frozen `tiny` encoder: its random-init weights exist nowhere else. The resumable state
-(a checkpoint's state.pt) follows the same rule, whatever train.bundle says: the run that
-resumes it builds the same model, so it only needs the digest to check that.
+load_model then rebuilds them from that pretrained model (or from `encoder=`) and checks the
+digest. `train.bundle: full` stores every tensor, and `mtbert bundle DIR [--output OUT]`
+(make_self_contained) turns a slim bundle into a full one; a model logged to MLflow is always
+self-contained. A run with nothing frozen, or a frozen `tiny` encoder (whose random-init
+weights exist nowhere else), stores every weight either way. The resumable state (state.pt)
+follows the slim rule whatever train.bundle says.
 """
 from __future__ import annotations
 
@@ -57,8 +51,15 @@ CODEC = "planes-deflate-1"  # model.pt holding {"codec": CODEC, "tensors": [...]
 
 
 class BundleError(ValueError):
-    """A folder that is not a model bundle, or whose frozen weights cannot be had: one line
-    naming the folder, what is wrong and what to do."""
+    """A folder that is not a model bundle, or whose frozen weights cannot be had."""
+
+
+def save_atomic(obj, path: Path) -> None:
+    """torch.save beside and rename: a run killed mid-write keeps the previous file, and a copy
+    of the folder made by linking its files keeps its own."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
 
 
 def _source(name: str | None) -> str | None:
@@ -140,14 +141,12 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
     model.pt alone is rewritten (the training loop saves a bundle at every new best epoch)."""
     from mtbert.config import to_dict
 
+    from mtbert.data.tokenize import pad_token_id
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     reference = frozen_reference(model, cfg) if cfg.train.bundle == "slim" else None
-    # Written beside and renamed: a run killed mid-write keeps its previous best, and a copy
-    # of the folder made by linking its files (a checkpoint's, train's _report) keeps its own.
-    tmp = path / f".{WEIGHTS}.tmp"
-    torch.save(stored_state(model, reference), tmp)
-    tmp.replace(path / WEIGHTS)
+    save_atomic(stored_state(model, reference), path / WEIGHTS)
     if weights_only:
         return path
     (path / "config.yaml").write_text(yaml.safe_dump(_absolute_paths(to_dict(cfg)), sort_keys=False))
@@ -158,8 +157,8 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
 
         shutil.rmtree(path / "tokenizer")
     model.hf_config.save_pretrained(path / "encoder")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_id, "tasks": list(cfg.tasks)}
+    meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_token_id(tokenizer),
+            "tasks": list(cfg.tasks)}
     if reference is not None:
         # The tokenizer is the pretrained model's own, as the frozen weights are (a copy is
         # 0.7 MB beside MiniLM's 2-6 MB of heads): named by a digest that load_model checks.
@@ -184,11 +183,9 @@ class Bundle:
 
     @property
     def pad_id(self) -> int:
-        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        from mtbert.data.tokenize import pad_token_id
 
-    def _autocast(self):
-        # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
-        return autocast_for(self.config.train.precision, self.device)[1]
+        return pad_token_id(self.tokenizer)
 
     def encode(self, task: str, examples: list):
         """Examples -> the tokenized dataset the model reads (unlabelled ones get label 0)."""
@@ -211,7 +208,8 @@ class Bundle:
         task = get_task(ds.task)
         order = sorted(range(len(ds)), key=lambda i: len(ds.sides[0][i]))
         size = self.config.train.eval_batch_size
-        autocast = self._autocast()
+        # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
+        autocast = autocast_for(self.config.train.precision, self.device)[1]
         preds = []
         for at in range(0, len(order), size):
             batch = collate(ds, order[at:at + size], self.pad_id)
@@ -236,10 +234,7 @@ class Bundle:
             return []
         examples = [Example(t, texts2[i] if spec.pair else None, 0) for i, t in enumerate(texts)]
         sorted_preds, order = self.predict_dataset(self.encode(task, examples))
-        out = [None] * len(order)
-        for value, i in zip(sorted_preds.cpu().tolist(), order):
-            out[i] = value
-        return out
+        return [value for _, value in sorted(zip(order, sorted_preds.cpu().tolist()))]
 
     def score(self, ds) -> float:
         """The dev metric of one labelled dataset, computed as the training loop does."""
@@ -307,9 +302,8 @@ def tokenizer_digest(tokenizer) -> str:
     truncation=True switches on in the tokenizer as a side effect."""
     import hashlib
 
-    # Serialising MiniLM's vocabulary takes tens of milliseconds, paid by every bundle a sweep
-    # worker writes with the same tokenizer object (kept between its trials): kept with that
-    # object while its vocabulary size, which adding tokens changes, stays the same.
+    # Serialising MiniLM's vocabulary takes tens of milliseconds per bundle a sweep worker
+    # writes: kept with the tokenizer object while its vocabulary size stays the same.
     kept = _TOKENIZER_DIGESTS.get(tokenizer)
     if kept is not None and kept[0] == len(tokenizer):
         return kept[1]
@@ -333,10 +327,8 @@ def compact_bundle(path: str | Path) -> bool:
     """Store a slim bundle's weights losslessly compacted (model.pt, rewritten): each float32 tensor's
     bytes split into planes, the two high planes (sign, exponent, top of the mantissa: few
     distinct values in trained weights) deflated, the rest kept as they are. Trained MiniLM
-    heads shrink by about 15% (5.6 to 4.8 MB) and load bit for bit. A sweep's driver does it
-    once a trial has ended (orchestration/run/trainable.py keep_one_model), so no trial waits for
-    it. Returns whether it did; a full bundle (mostly an encoder that a run may fine-tune for
-    hours: seconds to compact for 15%) stays as it is."""
+    heads shrink by about 15% and load bit for bit. A sweep's driver does it once a trial has
+    ended. Returns whether it did; a full bundle (seconds to compact for 15%) stays as it is."""
     from mtbert.data.cache import atomic_write
 
     path = Path(path)
@@ -471,9 +463,7 @@ def make_self_contained(path: str | Path, output: str | Path | None = None, enco
         if not (out / "tokenizer").is_dir():
             bundle.tokenizer.save_pretrained(out / "tokenizer")
         # model.pt first: a bundle stopped between the two writes still loads (load_stored).
-        tmp = out / ".model.pt.tmp"
-        torch.save(bundle.model.state_dict(), tmp)
-        tmp.replace(out / WEIGHTS)
+        save_atomic(bundle.model.state_dict(), out / WEIGHTS)
         meta = json.loads((out / "bundle.json").read_text())
         meta.pop("frozen")
         meta.pop("tokenizer", None)

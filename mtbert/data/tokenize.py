@@ -56,6 +56,10 @@ def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def pad_token_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
 def _hash_texts(texts: Sequence[str]) -> str:
     h = hashlib.sha256(f"tiny-wordpiece-v2:{TINY_VOCAB_SIZE}:{SPECIAL_TOKENS}".encode())
     for t in texts:
@@ -142,12 +146,9 @@ class _Packed:
 
 def _pack(seqs: list[list[int]], types: list[list[int]]) -> _Packed:
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    offsets = torch.zeros_like(lengths)
-    if len(lengths) > 1:
-        offsets[1:] = torch.cumsum(lengths, 0)[:-1]
     return _Packed(torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.long),
                    torch.tensor(list(itertools.chain.from_iterable(types)), dtype=torch.long),
-                   offsets, lengths)
+                   torch.cumsum(lengths, 0) - lengths, lengths)
 
 
 def _unpack(flat: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
@@ -205,17 +206,11 @@ class TaskDataset:
             self._packed = [_pack(s, t) for s, t in zip(self.sides, self.type_ids)]
         return self._packed
 
-    def num_tokens(self) -> int:
-        """Real (unpadded) tokens over all sides: the denominator of padding waste."""
-        return int(sum(int(p.lengths.sum()) for p in self.packed))
-
 
 def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example], task: TaskSpec,
                     encoding: str, max_length: int) -> TaskDataset:
     """Tokenize `examples`: one side for single sentences and cross-encoded pairs
     ([CLS] a [SEP] b [SEP], token types 0/1), two sides for bi-encoded pairs."""
-    if encoding not in ("cross", "bi"):
-        raise DataError(f"pairs.encoding: expected cross or bi, got '{encoding}'")
     texts = [e.text for e in examples]
     full: list[list[int]] = []  # per side: untruncated length of each row
 
@@ -362,8 +357,6 @@ def _prepared_key(cfg: Config) -> tuple | None:
         name = cfg.model.name_or_path
         tokenizer: tuple = (name,)
         if name != "tiny":  # tiny's is trained on the training texts: they are in the key
-            from mtbert.hub import pretrained_source
-
             source, _ = pretrained_source(name, DataError)
             tokenizer = (name, source, folder_stamp(Path(source)))
     except (DataError, KeyError, ValueError, OSError):
@@ -376,9 +369,7 @@ def _prepared_key(cfg: Config) -> tuple | None:
 def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
     """Load every task's splits, get the tokenizer and tokenize (once per content: cached on
     disk, and kept in the process for its next run: treat the result as read-only).
-
-    Relative paths in cfg resolve against the current directory.
-    """
+    Relative paths in cfg resolve against the current directory."""
     resolve_files(cfg)  # in place, as load_splits would: the config records what was read
     key = _prepared_key(cfg)
     prepared = _PREPARED.get(key) if key is not None else None
@@ -387,12 +378,8 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
         if key is not None:
             _PREPARED.keep(key, prepared)
     if log is not None:
-        for bad in prepared.bad_rows:
-            if bad.total:
-                log(bad.summary())
-        for t in prepared.truncation():
-            if t.rows_cut:
-                log(t.summary())
+        for line in prepared.data_report():
+            log(line)
     return prepared
 
 
