@@ -48,11 +48,9 @@ def _move_in(partial: Path, out: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mtbert.config import load_config
+    from mtbert.config import REFERENCE, load_config
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
-
-    from mtbert.config import REFERENCE
     from mtbert.train.progress import ProgressBar
     from mtbert.train.state import STATE_FILE
 
@@ -187,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from orchestration.cli import register
     except ImportError:  # the library alone still trains
-        register = None
-    if register is not None:
+        pass
+    else:
         register(sub)
     return parser
 

@@ -22,13 +22,7 @@ from mtbert.errors import DataError
 from mtbert.tasks import TaskSpec, get_task
 
 FORMATS = ("auto", "cs224n", "csv", "tsv", "jsonl")
-
-WRONG_FIELDS = "wrong field count"
-BAD_JSON = "invalid JSON"
-MISSING_LABEL = "missing label"
-BAD_LABEL = "bad label"
-EMPTY_TEXT = "empty text"
-MISSING_TEXT2 = "missing second sentence"
+BAD_JSON = "invalid JSON"  # a bad-row reason, and the key marking a JSONL line that is not an object
 
 Fields = dict[str, Any]
 
@@ -81,9 +75,7 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
                         absent[name] = absent.get(name, 0) + 1
             example, reason, detail = _to_example(fields, names, task, labels_required)
             if example is not None:
-                example = _with_id(example, fields, id_name, line)
-            if example is not None:
-                examples.append(example)
+                examples.append(_with_id(example, fields, id_name, line))
                 continue
             if on_bad_row == "error":
                 raise DataError(f"{path}: row {line}: {reason}{detail}")
@@ -132,11 +124,9 @@ def _column_names(path: Path, task: TaskSpec, fmt: str,
 def _unquote(field: str) -> str:
     """Undo CSV quoting on a field that is wholly and validly quoted (every inner quote doubled).
 
-    CS224N files are tab-separated, but some fields were written CSV-quoted, some twice
-    over. Parsing with CSV quoting on lets one stray quote swallow the lines after it, so
-    the files are read with quoting off and such fields are unwrapped here; text that merely
-    starts and ends with a quote ('"Hi" he said "bye"') is left alone.
-    """
+    CS224N files are tab-separated, but some fields were written CSV-quoted, some twice over.
+    With CSV quoting on, one stray quote would swallow the lines after it, so the files are
+    read with quoting off and such fields unwrapped here; '"Hi" he said "bye"' is left alone."""
     while len(field) >= 2 and field[0] == '"' and field[-1] == '"':
         inner = field[1:-1]
         if '"' in inner.replace('""', ""):
@@ -181,11 +171,9 @@ def _header_index(path: Path, header: list[str], names: tuple[str | None, ...],
             shown = ", ".join(h or "(empty)" for h in header)
             hint = ""
             if len(header) == 1 and fmt != "csv" and "," in header[0]:
-                hint = "; the header has commas but the file is read tab-separated: set format: csv"
+                hint = "; the header has commas but the file is read tab-separated: set format: csv (wrong delimiter)"
             elif len(header) == 1 and fmt == "csv" and "\t" in header[0]:
-                hint = "; the header has tabs but the file is read comma-separated: set format: tsv"
-            if hint:
-                hint += " (wrong delimiter)"
+                hint = "; the header has tabs but the file is read comma-separated: set format: tsv (wrong delimiter)"
             raise DataError(f"{path}: column '{name}' not in header ({shown}){hint}")
         index[name] = header.index(name)
     return index
@@ -207,7 +195,7 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
                 task: TaskSpec, labels_required: bool = True) -> tuple[Example | None, str, str]:
     """(example, "", "") or (None, reason, detail for the error message)."""
     if fields is None:
-        return None, WRONG_FIELDS, ""
+        return None, "wrong field count", ""
     if BAD_JSON in fields:
         return None, BAD_JSON, ""
     text_key, text2_key, label_key = names
@@ -216,18 +204,18 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
         raw = int(raw)
     unlabelled = raw is None or str(raw).strip() == ""
     if unlabelled and labels_required:
-        return None, MISSING_LABEL, f" ('{label_key}')"
+        return None, "missing label", f" ('{label_key}')"
     label = None if unlabelled else task.parse_label(raw)
     if label is None and not unlabelled:
-        return None, BAD_LABEL, f" {str(raw)!r} ({label_hint(task)})"
+        return None, "bad label", f" {str(raw)!r} ({label_hint(task)})"
     text = _text(fields.get(text_key))
     if not text:
-        return None, EMPTY_TEXT, f" ('{text_key}')"
+        return None, "empty text", f" ('{text_key}')"
     text2 = None
     if text2_key is not None:
         text2 = _text(fields.get(text2_key))
         if not text2:
-            return None, MISSING_TEXT2, f" ('{text2_key}')"
+            return None, "missing second sentence", f" ('{text2_key}')"
     return Example(text, text2, label), "", ""
 
 
@@ -262,8 +250,7 @@ def load_splits(cfg: Config) -> tuple[dict[str, tuple[list[Example], list[Exampl
         if cfg.data.source == "synthetic":
             train, dev = _synthetic_splits(cfg, task)
         else:
-            (train, bad_train), (dev, bad_dev) = (
-                _read_split(cfg, task, split) for split in ("train", "dev"))
+            (train, bad_train), (dev, bad_dev) = (read_split(cfg, name, split) for split in ("train", "dev"))
             bad += [bad_train, bad_dev]
         splits[name] = (_cap(train, cfg.data.max_train_examples, "data.max_train_examples"),
                         _cap(dev, cfg.data.max_dev_examples, "data.max_dev_examples"))
@@ -315,17 +302,11 @@ def input_files(cfg: Config) -> list[Path]:
     return [_split_file(cfg, get_task(t), split)[0].resolve() for t in cfg.tasks for split in ("train", "dev")]
 
 
-def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
-    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
-    return _read_split(cfg, get_task(task_name), split)
-
-
 def resolve_files(cfg: Config) -> Config:
-    """Write into `cfg.data.files` what the readers will really use: the detected format of
-    an `auto` entry, and for a cs224n-format file the task's own column names (which the
-    reader uses whatever `columns` says). The resolved config is what result.json and the
-    MLflow params record, so they must not show defaults the reader ignored. In place;
-    idempotent; an entry whose file is missing is left as it is (reading it fails later)."""
+    """Write into `cfg.data.files` what the readers will really use (the detected format of an
+    `auto` entry; a cs224n-format file's own column names), so result.json and the MLflow
+    params never show defaults the reader ignored. In place, idempotent; an entry whose file
+    is missing is left as it is (reading it fails later)."""
     for name, files in cfg.data.files.items():
         if name not in cfg.tasks:
             continue
@@ -345,7 +326,9 @@ def resolve_files(cfg: Config) -> Config:
     return cfg
 
 
-def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example], BadRows]:
+def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
+    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
+    task = get_task(task_name)
     path, fmt, columns, key = _split_file(cfg, task, split)
     if not path.is_file():
         raise DataError(f"{key}: {path} not found")
@@ -357,11 +340,9 @@ def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example],
 
 
 def _cap(examples: list[Example], limit: int | None, key: str) -> list[Example]:
-    """The first `limit` of a fixed-seed shuffle, kept in file order.
-
-    The seed is a constant, not train.seed: every trial of a sweep sees the same subset,
-    and a random subset stays representative where the file's head may be sorted.
-    """
+    """The first `limit` of a fixed-seed shuffle, kept in file order. The seed is a constant,
+    not train.seed: every trial of a sweep sees the same subset, and a random subset stays
+    representative where the file's head may be sorted."""
     if limit is not None and limit <= 0:
         raise DataError(f"{key}: must be > 0, got {limit}")
     if limit is None or len(examples) <= limit:

@@ -256,6 +256,16 @@ def truncation_counts(task: str, split: str, max_length: int, full: list[list[in
     return t
 
 
+def padded_positions(offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor,
+                     size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) positions in a flat store of `size` rows of the sequences `idx`, padded to the
+    longest, and their mask. Padding positions point at some in-range row, for the mask to blank."""
+    lengths = lengths[idx]
+    steps = torch.arange(int(lengths.max()))
+    mask = steps[None, :] < lengths[:, None]
+    return (offsets[idx][:, None] + steps[None, :]).clamp_(max=size - 1), mask
+
+
 def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
     """A batch padded to its own longest sequence (per side), not to max_length."""
     idx = torch.as_tensor(indices, dtype=torch.long)
@@ -263,14 +273,8 @@ def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
         raise ValueError(f"collate: empty batch of task '{ds.task}'")
     inputs = []
     for p in ds.packed:
-        lengths = p.lengths[idx]
-        steps = torch.arange(int(lengths.max()))
-        mask = steps[None, :] < lengths[:, None]
-        # Padding positions read some in-range token and are then overwritten by the mask.
-        pos = (p.offsets[idx][:, None] + steps[None, :]).clamp_(max=p.ids.numel() - 1)
-        input_ids = torch.where(mask, p.ids[pos], pad_id)
-        token_types = p.types[pos] * mask
-        inputs.append(Encoded(input_ids, mask.long(), token_types))
+        pos, mask = padded_positions(p.offsets, p.lengths, idx, p.ids.numel())
+        inputs.append(Encoded(torch.where(mask, p.ids[pos], pad_id), mask.long(), p.types[pos] * mask))
     return Batch(ds.task, inputs, ds.labels[idx])
 
 
