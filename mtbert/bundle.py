@@ -32,11 +32,16 @@ follows the slim rule whatever train.bundle says.
 """
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+import shutil
 import weakref
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
@@ -78,14 +83,12 @@ def _absolute_paths(raw: dict) -> dict:
     def absolute(value):
         return str(Path(value).expanduser().resolve()) if value else value
 
-    data = raw.get("data", {})
-    data["dir"] = absolute(data.get("dir"))
-    for files in (data.get("files") or {}).values():
+    data = raw["data"]
+    data["dir"] = absolute(data["dir"])
+    for files in data["files"].values():
         for split in ("train", "dev", "test"):
-            files[split] = absolute(files.get(split))
-    model = raw.get("model", {})
-    if "name_or_path" in model:
-        model["name_or_path"] = _source(model["name_or_path"])
+            files[split] = absolute(files[split])
+    raw["model"]["name_or_path"] = _source(raw["model"]["name_or_path"])
     return raw
 
 
@@ -153,8 +156,6 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
     if reference is None:
         tokenizer.save_pretrained(path / "tokenizer")
     elif (path / "tokenizer").is_dir():  # a full bundle's, written here before
-        import shutil
-
         shutil.rmtree(path / "tokenizer")
     model.hf_config.save_pretrained(path / "encoder")
     meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_token_id(tokenizer),
@@ -300,8 +301,6 @@ def tokenizer_digest(tokenizer) -> str:
     """A digest of what decides a tokenizer's ids: its vocabulary, normalizer, pre-tokenizer,
     model and post-processor. Not its truncation and padding, which tokenizing with
     truncation=True switches on in the tokenizer as a side effect."""
-    import hashlib
-
     # Serialising MiniLM's vocabulary takes tens of milliseconds per bundle a sweep worker
     # writes: kept with the tokenizer object while its vocabulary size stays the same.
     kept = _TOKENIZER_DIGESTS.get(tokenizer)
@@ -342,8 +341,6 @@ def compact_bundle(path: str | Path) -> bool:
 
 
 def _compacted(state: dict) -> dict:
-    import zlib
-
     seen: dict[tuple, str] = {}
     out = {"codec": CODEC, "tensors": []}
     for name, t in state.items():
@@ -365,10 +362,6 @@ def _compacted(state: dict) -> dict:
 
 
 def _expanded(packed: dict) -> dict:
-    import zlib
-
-    import numpy as np
-
     state: dict[str, torch.Tensor] = {}
     for e in packed["tensors"]:
         if "same_as" in e:
@@ -422,8 +415,6 @@ def _stored_model(path: Path, cfg, meta: dict):
 def _model_from(path: Path, cfg, meta: dict, source: str):
     """The model of a slim bundle: built from the pretrained `source`, whose weights stand for
     the frozen tensors the bundle left out (load_stored checks their digest)."""
-    import copy
-
     from mtbert.config import ConfigError
     from mtbert.model.multitask import MultitaskModel
 
@@ -449,15 +440,13 @@ def is_slim(path: str | Path) -> bool:
 def make_self_contained(path: str | Path, output: str | Path | None = None, encoder: str | None = None) -> Path:
     """Store a slim bundle's frozen weights in it (in place, or in a copy at `output`), so it
     loads where its pretrained model is absent; returns the self-contained bundle's folder."""
-    import shutil
-
     path = _bundle_folder(path)
     out = Path(output) if output is not None else path
-    copy = out.resolve() != path.resolve()
-    if copy and out.exists():
+    elsewhere = out.resolve() != path.resolve()
+    if elsewhere and out.exists():
         raise BundleError(f"--output {out}: exists; give a new folder")
     bundle = load_model(path, device="cpu", encoder=encoder) if is_slim(path) else None  # checks the digests
-    if copy:
+    if elsewhere:
         shutil.copytree(path, out)
     if bundle is not None:
         if not (out / "tokenizer").is_dir():

@@ -1,9 +1,7 @@
 """Readers: task files (CS224N TSV, CSV, TSV, JSONL) and config -> train/dev Examples.
 
-Malformed rows never crash a run and are never trained on silently: they are skipped and
-counted per reason in a `BadRows` (or, with `on_bad_row="error"`, the first one raises).
-Row numbers are file lines, 1-based, header included (what an editor shows), so
-"row 2891" is line 2891 of the file.
+Malformed rows are skipped and counted per reason in a `BadRows` (with `on_bad_row="error"`
+the first one raises). Row numbers are 1-based file lines, header included, as an editor shows.
 """
 from __future__ import annotations
 
@@ -34,16 +32,12 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
                   on_bad_row: str = "skip", labels_required: bool = True) -> tuple[list[Example], BadRows]:
     """Read one file of `task` examples.
 
-    fmt: "cs224n" (tab-separated, header row whose first field is an empty index column;
-    columns from task.cs224n_columns, or `columns` for a task without them), "csv" (comma,
-    CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per line); those three take
-    their columns from `columns`, by default the task's CS224N names when it has them.
-    "auto" picks by extension; a .csv whose header is tab-separated with an empty first
-    field is cs224n.
-    Row numbers in BadRows and errors are 1-based file lines (the header is line 1).
-    Each example keeps its id: the `columns.id` column, else an `id` column when the file
-    has one (CS224N), else its row number. With labels_required=False (a test split) the
-    label column may be absent or empty; such examples carry label None.
+    fmt: "cs224n" (tab-separated, header with an empty first field; the task's CS224N column
+    names, or `columns` for a task without them), "csv" (comma, CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per
+    line); those three take their columns from `columns`, by default the task's CS224N names.
+    "auto" picks by extension (detect_format). Each example's id is the `columns.id` column,
+    else an `id` column when the file has one, else its row number. With labels_required=False
+    (a test split) the label may be absent; such examples carry label None.
     """
     path = Path(path)
     if fmt not in FORMATS:
@@ -58,16 +52,17 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         if fmt == "auto":
             fmt = detect_format(path)
         names = _column_names(path, task, fmt, columns)
-        id_name = columns.id if columns is not None and columns.id else "id"
+        named_id = columns.id if columns is not None else None
+        id_name = named_id or "id"
         # An explicitly named id column must exist; the default `id` is used when present.
-        optional = ({id_name} if not (columns is not None and columns.id) else set())
+        optional = set() if named_id else {id_name}
         if not labels_required:
             optional.add(names[2])
         absent: dict[str, int] = {}  # JSONL: column -> objects without it
         objects, keys_seen = 0, []
         for line, fields in _records(path, fmt, (*names, id_name), optional):
             bad.rows_read += 1
-            if fmt == "jsonl" and fields is not None and BAD_JSON not in fields:
+            if fmt == "jsonl" and BAD_JSON not in fields:
                 objects += 1
                 keys_seen = keys_seen or list(fields)
                 for name in (*names, id_name):

@@ -1,9 +1,8 @@
 """Tokenizers, tokenized datasets, dynamic-padding collation and the tokenization cache.
 
-A sweep runs many trials on the same data; `prepare()` tokenizes each split once and stores
-it under `data.cache_dir`, keyed by a hash of everything that decides the token ids (the
-tokenizer itself, task, pair encoding, max_length, the examples). Trials that share those
-load the stored ids; a change to any of them is a different key, so nothing goes stale.
+`prepare()` tokenizes each split once and stores it under `data.cache_dir`, keyed by a hash of
+everything that decides the token ids (tokenizer, task, pair encoding, max_length, examples),
+so a sweep's trials share it and nothing goes stale.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from mtbert.config import Config
+from mtbert.config import Config, to_dict
 from mtbert.data.cache import ProcessMemo, build_once, files_digest, folder_stamp
 from mtbert.data.readers import DataError, input_files, load_splits, resolve_files
 from mtbert.data.types import Batch, BadRows, Encoded, Example
@@ -79,14 +78,10 @@ def _tiny_tokenizer(texts: list[str], cache_dir: Path) -> PreTrainedTokenizerFas
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int = TINY_VOCAB_SIZE):
-    """A BERT-style uncased WordPiece tokenizer (tokenizers.Tokenizer) built from `texts`.
-
-    The vocabulary is every character seen (alone and as a "##" continuation), then whole
-    words by frequency (ties alphabetical) up to `vocab_size`; rarer words fall back to
-    characters. Counting instead of the library's WordPieceTrainer because the trainer
-    breaks merge ties in hash order, so the same texts give different vocabularies from run
-    to run, and trials of one sweep must agree on token ids.
-    """
+    """A BERT-style uncased WordPiece tokenizer (tokenizers.Tokenizer) built from `texts`:
+    every character seen (alone and as a "##" continuation), then whole words by frequency
+    (ties alphabetical) up to `vocab_size`. Not the library's WordPieceTrainer: it breaks merge
+    ties in hash order, and trials of one sweep must agree on token ids."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -188,8 +183,7 @@ class Truncation:
 
 @dataclass(eq=False)
 class TaskDataset:
-    """One task's split, tokenized and unpadded. Treat it as read-only: collate reads a packed
-    copy of `sides`/`type_ids`, made on first use."""
+    """One task's split, tokenized and unpadded. Read-only: collate reads a packed copy."""
     task: str
     sides: list[list[list[int]]]  # sides[s][i]: token ids of example i on side s
     type_ids: list[list[list[int]]]
@@ -351,11 +345,8 @@ _PREPARED = ProcessMemo(size=2)
 
 
 def _prepared_key(cfg: Config) -> tuple | None:
-    """Everything that decides what prepare() returns: the data config, the tasks' encodings
-    and max lengths, the contents of the files read and the tokenizer's folder as it is now.
-    None (nothing kept) where it cannot be said: a file or folder prepare() will report."""
-    from mtbert.config import to_dict
-
+    """Everything that decides what prepare() returns (config, file contents, the tokenizer's
+    folder as it is now); None where it cannot be said: a file or folder prepare() will report."""
     try:
         files = input_files(cfg)
         name = cfg.model.name_or_path

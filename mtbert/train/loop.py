@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +54,7 @@ class Result:
     timings: dict = field(default_factory=dict)  # seconds per phase (measure.Phases.snapshot)
 
     def to_dict(self) -> dict:
-        return {"metrics": self.metrics, "epochs": self.epochs, "config": self.config,
-                "data_report": self.data_report, "truncation": self.truncation, "timings": self.timings}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
