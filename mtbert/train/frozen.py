@@ -1,25 +1,19 @@
 """Frozen layers computed once.
 
-With `freeze.layers: n` the embeddings and the first n encoder layers never change, and they
-run in eval mode (no dropout; MultitaskModel._freeze), so their output for an example is a
-fixed function of its tokens. Computing it at every step of every epoch of every trial is
-most of the work of a partly frozen run and all of it for a head-only one. This module
-computes each example's output once, stores it under `data.cache_dir`, and serves batches
-of it in place of the embeddings:
+With `freeze.layers: n` the embeddings and the first n encoder layers never change and run
+in eval mode (no dropout), so their output for an example is a fixed function of its tokens.
+This module computes each example's output once, stores it under `data.cache_dir`, and
+serves batches of it in place of the embeddings:
 
-- n < L: the hidden states after layer n, one (length, hidden) block per sequence; training
-  runs layers n+1..L on them.
+- n < L: the hidden states after layer n, one (length, hidden) block per sequence.
 - n = L (the whole encoder frozen): one vector per sequence, the pooling's input (the mean of
-  the token states for `mean` pooling, the first token's state for `cls` and `pooler`);
-  training runs only the pooler (if any) and the heads.
+  the token states for `mean` pooling, the first token's state for `cls` and `pooler`).
 
 A stored block is keyed by everything that decides it: the tokenized sequences, n, the
-pooling (n = L), the autocast precision and a digest of the frozen weights themselves (so a
-tiny random-init encoder, whose weights follow the seed, gets its own entry per seed).
-Trials of a sweep that share them read the same file, memory-mapped, so the page cache holds
-it once for every trial process on the machine. PALs add a trainable term inside every layer
-and SMART perturbs the embeddings: with either, nothing below them is fixed and the cache
-is off.
+pooling (n = L), the autocast precision and a digest of the frozen weights (so a tiny
+random-init encoder gets its own entry per seed). Trials share a file memory-mapped, so the
+page cache holds it once per machine. PALs and SMART make nothing below them fixed: with
+either, the cache is off.
 """
 from __future__ import annotations
 
@@ -155,7 +149,6 @@ class FrozenCache:
     def __init__(self, model: MultitaskModel, splits: dict[str, dict[str, TaskDataset]], pad_id: int,
                  device, autocast, precision: str, cache_dir: str | Path,
                  log: Callable[[str], None] = lambda _m: None):
-        self.model, self.device = model, device
         self.start = model.frozen_depth
         weights = frozen_digest(model)
         pooling = model.pooling if self.start == model.num_layers else "-"
