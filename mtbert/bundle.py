@@ -45,6 +45,8 @@ import numpy as np
 import torch
 import yaml
 
+from mtbert.data.types import Example
+from mtbert.tasks import get_task
 from mtbert.train.precision import autocast_for
 
 # 2: a slim bundle's bundle.json has `frozen`; format-1 bundles load as they did.
@@ -191,8 +193,6 @@ class Bundle:
     def encode(self, task: str, examples: list):
         """Examples -> the tokenized dataset the model reads (unlabelled ones get label 0)."""
         from mtbert.data.tokenize import encode_examples
-        from mtbert.data.types import Example
-        from mtbert.tasks import get_task
 
         examples = [e if e.label is not None else Example(e.text, e.text2, 0, e.id) for e in examples]
         return encode_examples(self.tokenizer, examples, get_task(task), self.config.pairs.encoding,
@@ -202,9 +202,8 @@ class Bundle:
     def predict_dataset(self, ds) -> tuple[torch.Tensor, list[int]]:
         """(predictions in length-sorted order, that order) for one task's dataset: the
         batches of the training loop's evaluate(), so scores computed on them match it."""
-        from mtbert.model.multitask import pack
         from mtbert.data.tokenize import collate
-        from mtbert.tasks import get_task
+        from mtbert.model.multitask import pack
 
         task = get_task(ds.task)
         order = sorted(range(len(ds)), key=lambda i: len(ds.sides[0][i]))
@@ -223,9 +222,6 @@ class Bundle:
     def predict(self, task: str, texts: list[str], texts2: list[str] | None = None) -> list:
         """Predictions for raw text, in input order: a class (sst), 0/1 (para) or a
         similarity on the label scale (sts, 0..5)."""
-        from mtbert.data.types import Example
-        from mtbert.tasks import get_task
-
         if task not in self.tasks:
             raise BundleError(f"{self.path}: task '{task}' is not one of the bundle's tasks {self.tasks}")
         spec = get_task(task)
@@ -239,8 +235,6 @@ class Bundle:
 
     def score(self, ds) -> float:
         """The dev metric of one labelled dataset, computed as the training loop does."""
-        from mtbert.tasks import get_task
-
         preds, order = self.predict_dataset(ds)
         labels = ds.labels[torch.as_tensor(order, dtype=torch.long)].to(self.device)
         return get_task(ds.task).score(preds, labels)
