@@ -205,6 +205,8 @@ def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example],
                     encoding: str, max_length: int) -> TaskDataset:
     """Tokenize `examples`: one side for single sentences and cross-encoded pairs
     ([CLS] a [SEP] b [SEP], token types 0/1), two sides for bi-encoded pairs."""
+    if encoding not in ("cross", "bi"):
+        raise DataError(f"pairs.encoding: expected cross or bi, got '{encoding}'")
     texts = [e.text for e in examples]
     full: list[list[int]] = []  # per side: untruncated length of each row
 

@@ -56,9 +56,11 @@ class Result:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
 
-    def save(self, path: Path) -> None:
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
 
 
 def seed_everything(seed: int) -> None:
