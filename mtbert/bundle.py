@@ -10,42 +10,43 @@
       bundle.json     vocabulary size and padding id, the format version; in a slim bundle,
                       `frozen`: where the frozen tensors come from and their digest
 
-`load_model(dir)` rebuilds the model from these, on CPU or GPU: the architecture from
-encoder/, the weights from model.pt (a slim bundle's frozen ones from the pretrained model it
-names, below). config.yaml keeps the `model.name_or_path` it trained
-from (so `mtbert train --config` re-runs it), but loading a self-contained bundle never reads
-that folder or hub name: copied to another machine, without the pretrained model, it loads the
-same. Predictions go through the same length-sorted batches as the training loop's dev
-evaluation, so a bundle's dev scores are the run's to the last digit on the same device.
+`load_model(dir)` rebuilds the model from these, on CPU or GPU. Loading a self-contained
+bundle never reads the `model.name_or_path` its config names, so it loads the same anywhere.
+Predictions go through the same length-sorted batches as the training loop's dev evaluation,
+so a bundle's dev scores are the run's to the last digit on the same device.
 
-Slim bundles. Frozen layers (`freeze.layers`) never change, so a trial that stored them would
-store the same pretrained tensors as every other trial of its sweep: 87 MB of MiniLM beside the
-2-6 MB of heads a head-only trial trains. With `train.bundle: slim` (the default) best/ leaves them out
-and bundle.json names them instead:
+Slim bundles. Frozen layers (`freeze.layers`) are the same pretrained tensors in every trial of
+a sweep (87 MB of MiniLM beside 2-6 MB of heads), so with `train.bundle: slim` (the default)
+best/ leaves them out and bundle.json names them instead:
 
     "frozen": {"from": the model.name_or_path the run resolved (a local folder made absolute),
                "digest": frozen_digest of those tensors (the frozen-layer cache's key),
                "layers": how many encoder layers are frozen}
 
-load_model then rebuilds them from that pretrained model (or from `encoder=`, e.g. the same
-model in another folder) and checks the digest; a missing model or other weights are one line
-that says so. `train.bundle: full` stores every tensor, and `mtbert bundle DIR [--output OUT]`
-(make_self_contained) turns a slim bundle into a full one where its model is; a model logged to
-MLflow is always self-contained. A run with nothing frozen stores every weight either way, and
-so does a frozen `tiny` encoder: its random-init weights exist nowhere else. The resumable state
-(a checkpoint's state.pt) follows the same rule, whatever train.bundle says: the run that
-resumes it builds the same model, so it only needs the digest to check that.
+load_model then rebuilds them from that pretrained model (or from `encoder=`) and checks the
+digest. `train.bundle: full` stores every tensor, and `mtbert bundle DIR [--output OUT]`
+(make_self_contained) turns a slim bundle into a full one; a model logged to MLflow is always
+self-contained. A run with nothing frozen, or a frozen `tiny` encoder (whose random-init
+weights exist nowhere else), stores every weight either way. The resumable state (state.pt)
+follows the slim rule whatever train.bundle says.
 """
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+import shutil
 import weakref
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import yaml
 
+from mtbert.data.types import Example
+from mtbert.tasks import get_task
 from mtbert.train.precision import autocast_for
 
 # 2: a slim bundle's bundle.json has `frozen`; format-1 bundles load as they did.
@@ -57,8 +58,15 @@ CODEC = "planes-deflate-1"  # model.pt holding {"codec": CODEC, "tensors": [...]
 
 
 class BundleError(ValueError):
-    """A folder that is not a model bundle, or whose frozen weights cannot be had: one line
-    naming the folder, what is wrong and what to do."""
+    """A folder that is not a model bundle, or whose frozen weights cannot be had."""
+
+
+def save_atomic(obj, path: Path) -> None:
+    """torch.save beside and rename: a run killed mid-write keeps the previous file, and a copy
+    of the folder made by linking its files keeps its own."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)
 
 
 def _source(name: str | None) -> str | None:
@@ -77,14 +85,12 @@ def _absolute_paths(raw: dict) -> dict:
     def absolute(value):
         return str(Path(value).expanduser().resolve()) if value else value
 
-    data = raw.get("data", {})
-    data["dir"] = absolute(data.get("dir"))
-    for files in (data.get("files") or {}).values():
+    data = raw["data"]
+    data["dir"] = absolute(data["dir"])
+    for files in data["files"].values():
         for split in ("train", "dev", "test"):
-            files[split] = absolute(files.get(split))
-    model = raw.get("model", {})
-    if "name_or_path" in model:
-        model["name_or_path"] = _source(model["name_or_path"])
+            files[split] = absolute(files[split])
+    raw["model"]["name_or_path"] = _source(raw["model"]["name_or_path"])
     return raw
 
 
@@ -140,26 +146,22 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
     model.pt alone is rewritten (the training loop saves a bundle at every new best epoch)."""
     from mtbert.config import to_dict
 
+    from mtbert.data.tokenize import pad_token_id
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     reference = frozen_reference(model, cfg) if cfg.train.bundle == "slim" else None
-    # Written beside and renamed: a run killed mid-write keeps its previous best, and a copy
-    # of the folder made by linking its files (a checkpoint's, train's _report) keeps its own.
-    tmp = path / f".{WEIGHTS}.tmp"
-    torch.save(stored_state(model, reference), tmp)
-    tmp.replace(path / WEIGHTS)
+    save_atomic(stored_state(model, reference), path / WEIGHTS)
     if weights_only:
         return path
     (path / "config.yaml").write_text(yaml.safe_dump(_absolute_paths(to_dict(cfg)), sort_keys=False))
     if reference is None:
         tokenizer.save_pretrained(path / "tokenizer")
     elif (path / "tokenizer").is_dir():  # a full bundle's, written here before
-        import shutil
-
         shutil.rmtree(path / "tokenizer")
     model.hf_config.save_pretrained(path / "encoder")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_id, "tasks": list(cfg.tasks)}
+    meta = {"format": FORMAT, "vocab_size": len(tokenizer), "pad_token_id": pad_token_id(tokenizer),
+            "tasks": list(cfg.tasks)}
     if reference is not None:
         # The tokenizer is the pretrained model's own, as the frozen weights are (a copy is
         # 0.7 MB beside MiniLM's 2-6 MB of heads): named by a digest that load_model checks.
@@ -184,17 +186,13 @@ class Bundle:
 
     @property
     def pad_id(self) -> int:
-        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        from mtbert.data.tokenize import pad_token_id
 
-    def _autocast(self):
-        # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
-        return autocast_for(self.config.train.precision, self.device)[1]
+        return pad_token_id(self.tokenizer)
 
     def encode(self, task: str, examples: list):
         """Examples -> the tokenized dataset the model reads (unlabelled ones get label 0)."""
         from mtbert.data.tokenize import encode_examples
-        from mtbert.data.types import Example
-        from mtbert.tasks import get_task
 
         examples = [e if e.label is not None else Example(e.text, e.text2, 0, e.id) for e in examples]
         return encode_examples(self.tokenizer, examples, get_task(task), self.config.pairs.encoding,
@@ -204,14 +202,14 @@ class Bundle:
     def predict_dataset(self, ds) -> tuple[torch.Tensor, list[int]]:
         """(predictions in length-sorted order, that order) for one task's dataset: the
         batches of the training loop's evaluate(), so scores computed on them match it."""
-        from mtbert.model.multitask import pack
         from mtbert.data.tokenize import collate
-        from mtbert.tasks import get_task
+        from mtbert.model.multitask import pack
 
         task = get_task(ds.task)
         order = sorted(range(len(ds)), key=lambda i: len(ds.sides[0][i]))
         size = self.config.train.eval_batch_size
-        autocast = self._autocast()
+        # The loop's rule (train.precision): bf16 autocast where training used it on this device kind.
+        autocast = autocast_for(self.config.train.precision, self.device)[1]
         preds = []
         for at in range(0, len(order), size):
             batch = collate(ds, order[at:at + size], self.pad_id)
@@ -224,9 +222,6 @@ class Bundle:
     def predict(self, task: str, texts: list[str], texts2: list[str] | None = None) -> list:
         """Predictions for raw text, in input order: a class (sst), 0/1 (para) or a
         similarity on the label scale (sts, 0..5)."""
-        from mtbert.data.types import Example
-        from mtbert.tasks import get_task
-
         if task not in self.tasks:
             raise BundleError(f"{self.path}: task '{task}' is not one of the bundle's tasks {self.tasks}")
         spec = get_task(task)
@@ -236,15 +231,10 @@ class Bundle:
             return []
         examples = [Example(t, texts2[i] if spec.pair else None, 0) for i, t in enumerate(texts)]
         sorted_preds, order = self.predict_dataset(self.encode(task, examples))
-        out = [None] * len(order)
-        for value, i in zip(sorted_preds.cpu().tolist(), order):
-            out[i] = value
-        return out
+        return [value for _, value in sorted(zip(order, sorted_preds.cpu().tolist()))]
 
     def score(self, ds) -> float:
         """The dev metric of one labelled dataset, computed as the training loop does."""
-        from mtbert.tasks import get_task
-
         preds, order = self.predict_dataset(ds)
         labels = ds.labels[torch.as_tensor(order, dtype=torch.long)].to(self.device)
         return get_task(ds.task).score(preds, labels)
@@ -305,11 +295,8 @@ def tokenizer_digest(tokenizer) -> str:
     """A digest of what decides a tokenizer's ids: its vocabulary, normalizer, pre-tokenizer,
     model and post-processor. Not its truncation and padding, which tokenizing with
     truncation=True switches on in the tokenizer as a side effect."""
-    import hashlib
-
-    # Serialising MiniLM's vocabulary takes tens of milliseconds, paid by every bundle a sweep
-    # worker writes with the same tokenizer object (kept between its trials): kept with that
-    # object while its vocabulary size, which adding tokens changes, stays the same.
+    # Serialising MiniLM's vocabulary takes tens of milliseconds per bundle a sweep worker
+    # writes: kept with the tokenizer object while its vocabulary size stays the same.
     kept = _TOKENIZER_DIGESTS.get(tokenizer)
     if kept is not None and kept[0] == len(tokenizer):
         return kept[1]
@@ -333,10 +320,8 @@ def compact_bundle(path: str | Path) -> bool:
     """Store a slim bundle's weights losslessly compacted (model.pt, rewritten): each float32 tensor's
     bytes split into planes, the two high planes (sign, exponent, top of the mantissa: few
     distinct values in trained weights) deflated, the rest kept as they are. Trained MiniLM
-    heads shrink by about 15% (5.6 to 4.8 MB) and load bit for bit. A sweep's driver does it
-    once a trial has ended (orchestration/run/trainable.py keep_one_model), so no trial waits for
-    it. Returns whether it did; a full bundle (mostly an encoder that a run may fine-tune for
-    hours: seconds to compact for 15%) stays as it is."""
+    heads shrink by about 15% and load bit for bit. A sweep's driver does it once a trial has
+    ended. Returns whether it did; a full bundle (seconds to compact for 15%) stays as it is."""
     from mtbert.data.cache import atomic_write
 
     path = Path(path)
@@ -350,8 +335,6 @@ def compact_bundle(path: str | Path) -> bool:
 
 
 def _compacted(state: dict) -> dict:
-    import zlib
-
     seen: dict[tuple, str] = {}
     out = {"codec": CODEC, "tensors": []}
     for name, t in state.items():
@@ -373,10 +356,6 @@ def _compacted(state: dict) -> dict:
 
 
 def _expanded(packed: dict) -> dict:
-    import zlib
-
-    import numpy as np
-
     state: dict[str, torch.Tensor] = {}
     for e in packed["tensors"]:
         if "same_as" in e:
@@ -430,8 +409,6 @@ def _stored_model(path: Path, cfg, meta: dict):
 def _model_from(path: Path, cfg, meta: dict, source: str):
     """The model of a slim bundle: built from the pretrained `source`, whose weights stand for
     the frozen tensors the bundle left out (load_stored checks their digest)."""
-    import copy
-
     from mtbert.config import ConfigError
     from mtbert.model.multitask import MultitaskModel
 
@@ -457,23 +434,19 @@ def is_slim(path: str | Path) -> bool:
 def make_self_contained(path: str | Path, output: str | Path | None = None, encoder: str | None = None) -> Path:
     """Store a slim bundle's frozen weights in it (in place, or in a copy at `output`), so it
     loads where its pretrained model is absent; returns the self-contained bundle's folder."""
-    import shutil
-
     path = _bundle_folder(path)
     out = Path(output) if output is not None else path
-    copy = out.resolve() != path.resolve()
-    if copy and out.exists():
+    elsewhere = out.resolve() != path.resolve()
+    if elsewhere and out.exists():
         raise BundleError(f"--output {out}: exists; give a new folder")
     bundle = load_model(path, device="cpu", encoder=encoder) if is_slim(path) else None  # checks the digests
-    if copy:
+    if elsewhere:
         shutil.copytree(path, out)
     if bundle is not None:
         if not (out / "tokenizer").is_dir():
             bundle.tokenizer.save_pretrained(out / "tokenizer")
         # model.pt first: a bundle stopped between the two writes still loads (load_stored).
-        tmp = out / ".model.pt.tmp"
-        torch.save(bundle.model.state_dict(), tmp)
-        tmp.replace(out / WEIGHTS)
+        save_atomic(bundle.model.state_dict(), out / WEIGHTS)
         meta = json.loads((out / "bundle.json").read_text())
         meta.pop("frozen")
         meta.pop("tokenizer", None)

@@ -48,11 +48,9 @@ def _move_in(partial: Path, out: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mtbert.config import load_config
+    from mtbert.config import REFERENCE, load_config
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
-
-    from mtbert.config import REFERENCE
     from mtbert.train.progress import ProgressBar
     from mtbert.train.state import STATE_FILE
 
@@ -102,8 +100,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from mtbert.bundle import load_model
-    from mtbert.config import build_config, parse_override, set_dotted, to_dict
+    from mtbert.config import build_config, to_dict
     from mtbert.predict import predict_split
+    from mtbert.train.metrics import overall
 
     folder = Path(args.model)
     # Predictions go beside a bundle folder the user named; a model fetched from the store
@@ -121,15 +120,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     bundle = load_model(folder, device=args.device, encoder=args.encoder)
     if args.set:
         # Data keys only matter here: the files may live elsewhere than where it trained.
-        raw = to_dict(bundle.config)
-        for key, value in map(parse_override, args.set):
-            set_dotted(raw, key, value)
-        bundle.config = build_config(raw, source=f"{folder}/config.yaml")
+        bundle.config = build_config(to_dict(bundle.config), args.set, source=f"{folder}/config.yaml")
     done = predict_split(bundle, args.split, output, as_trained=args.as_trained)
     scored = [p for p in done if p.score is not None]
     if scored:
-        from mtbert.train.metrics import overall
-
         print(f"{args.split}: overall={overall([p.score for p in scored]):.4f} over {len(scored)} task(s)")
     return 0
 
@@ -187,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from orchestration.cli import register
     except ImportError:  # the library alone still trains
-        register = None
-    if register is not None:
+        pass
+    else:
         register(sub)
     return parser
 

@@ -2,15 +2,12 @@
 
 Every user error is a `ConfigError` whose message names the full key path, e.g.
 `config.yaml: sharing.head_regim: unknown key (did you mean 'sharing.head_regime'?)`.
-Dotted `--set key=value` overrides use the same paths, and `flatten()` gives the same
-names as MLflow params, so YAML, CLI and the tracking UI all read alike.
+`--set key=value` overrides and `flatten()` (the MLflow params) use the same dotted paths.
 
-Loading is five named steps (build_config): import the `plugins:` modules, rewrite old
-spellings, build the typed config, `resolve` the defaults that depend on other keys (RECIPES),
-then `validate`, which reads and never writes. Each section's checks are its `check` method,
-beside its fields; a pluggable component (a loss weighting method, a sampling strategy) owns
-its settings and their checks (mtbert/components.py), as the sharing settings do
-(mtbert/model/sharing.py).
+build_config: import the `plugins:` modules, rewrite old spellings, build the typed config,
+`resolve` the defaults that depend on other keys (RECIPES), then `validate` (read-only).
+Each section's checks are its `check` method; a pluggable component (loss weighting,
+sampling strategy) owns its settings and their checks (mtbert/components.py).
 """
 from __future__ import annotations
 
@@ -18,7 +15,10 @@ import copy
 import dataclasses
 import difflib
 import functools
+import importlib
 import logging
+import os
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -52,8 +52,7 @@ class ModelConfig:
     tiny: TinyEncoder = field(default_factory=TinyEncoder)
     max_length: int = 64  # tokens per sequence (a cross-encoded pair counts as one sequence)
     # Sentence vector: mean of the token states (what sentence encoders such as MiniLM are
-    # trained for, and what a random-init tiny model learns fastest), the [CLS] state, or
-    # BERT's pooler (dense + tanh over [CLS], as the papers use).
+    # trained for), the [CLS] state, or BERT's pooler (dense + tanh over [CLS], as the papers use).
     pooling: Literal["mean", "cls", "pooler"] = "mean"
 
     def check(self) -> None:
@@ -63,8 +62,7 @@ class ModelConfig:
 
 @dataclass
 class ColumnMap:
-    # Used by csv/tsv/jsonl files; a cs224n-format file is read by the task's own CS224N
-    # names. The resolved config (result.json, MLflow params) shows what the reader used.
+    # Used by csv/tsv/jsonl files; a cs224n-format file is read by the task's own CS224N names.
     text: str = "sentence"
     text2: str | None = None  # second sentence for pair tasks
     label: str = "label"
@@ -91,9 +89,8 @@ class SyntheticData:
 
 @dataclass
 class DataConfig:
-    # synthetic: built-in generator (reads no files: a `files` entry is an error, not ignored);
-    # cs224n: `dir` holds ids-sst-train.csv, quora-train.csv, ...; a task with a `files` entry
-    # reads that instead (so a fourth task can join the CS224N three); files: one entry per task.
+    # synthetic: built-in generator (reads no files); cs224n: `dir` holds ids-sst-train.csv,
+    # quora-train.csv, ..., and a task with a `files` entry reads that instead; files: one entry per task.
     source: Literal["synthetic", "cs224n", "files"] = "synthetic"
     dir: str | None = None
     files: dict[str, TaskFiles] = field(default_factory=dict)
@@ -161,11 +158,8 @@ class FreezeConfig:
 
 @dataclass
 class OptimConfig:
-    """The fine-tuning recipe. A null value is filled in at load from the encoder (see
-    RECIPES): a pretrained encoder is fine-tuned the BERT way (small encoder rate, higher rate
-    for the freshly initialised heads, warmup, linear decay); the random-init `tiny` model
-    learns everything from scratch at one high constant rate. The resolved values are what
-    MLflow records, so a run always shows the rates it used."""
+    """The fine-tuning recipe. A null value is filled in at load from the encoder (RECIPES),
+    so MLflow always records the rates a run used."""
     # Learning rate of the encoder's pretrained parameters (embeddings, layers, pooler).
     lr: float | None = None
     # Learning rate of the parameters that start from random init: heads, pair projections,
@@ -193,14 +187,11 @@ class OptimConfig:
             raise ConfigError(f"optim.warmup: a ratio in [0, 1) or a whole number of steps, got {self.warmup}")
 
 
-# Defaults for the null optim keys, by kind of encoder. Pretrained: 5e-5 for the encoder, the
-# upper end of the usual BERT fine-tuning range (2e-5..5e-5), because CPU budgets are a few
-# thousand steps; the heads start from random init and need ~20x that, with 10% warmup and a
-# linear decay. tiny: random init everywhere, so one high constant rate (what its smoke
-# sweeps learn fast with). The STS head: with a pretrained sentence encoder, the cosine of
-# the two sentence vectors scores 0.838 on the CS224N STS dev set before any training, while
-# a regression head trained on the same frozen vectors peaks at 0.821
-# (docs/results/reference.md), so cosine keeps what the encoder knows.
+# Defaults for the null optim keys (and sts.head), by kind of encoder. Pretrained: 5e-5, the
+# top of the usual BERT range, because CPU budgets are a few thousand steps; the random-init
+# heads need ~20x that. tiny: random init everywhere, so one high constant rate. STS: with a
+# pretrained sentence encoder the untrained cosine scores 0.838 on CS224N STS dev, a regression
+# head on the same frozen vectors at most 0.821 (docs/results/reference.md).
 RECIPES = {
     "pretrained": {"lr": 5e-5, "head_lr": 1e-3, "schedule": "linear", "warmup": 0.1,
                    "sts_head": "cosine"},
@@ -214,14 +205,12 @@ WEIGHT_SUM_TOLERANCE = 5e-3  # as a sweep's simplex: weights may be written roun
 
 @dataclass
 class LossConfig:
-    # Per task, summing to 1 (as a sweep's simplex does); a task left out weighs 0, so
-    # {sst: 0.7, sts: 0.3} trains para on nothing. Not normalised: a sum other than 1 would
-    # silently scale the learning rate, so it is an error. null = equal weights.
+    # Per task, summing to 1; a task left out weighs 0. Not normalised: a sum other than 1
+    # would silently scale the learning rate, so it is an error. null = equal weights.
     weights: dict[str, float] | None = None
     # How the per-task losses become one update: a method of mtbert/train/weighting/, by name
-    # (`weighting: dwa`) or with its own settings (`weighting: {name: cagrad, c: 0.4}`; each
-    # method's Settings, beside its code, lists them). static = sum of loss.weights x loss; the
-    # others are the papers' methods. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
+    # (`weighting: dwa`) or with its settings (`weighting: {name: cagrad, c: 0.4}`).
+    # static = sum of loss.weights x loss. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
     weighting: Annotated[Settings, WEIGHTINGS] = field(default_factory=lambda: Settings(WEIGHTINGS.default))
     # Older spelling of `weighting: pcgrad`, kept so existing sweeps run unchanged.
     pcgrad: bool = False
@@ -241,8 +230,6 @@ class LossConfig:
                 note = f"; {', '.join(left_out)} weigh 0" if left_out else ""
                 raise ConfigError(f"loss.weights: must sum to 1, got {total:g}{note} (not normalised: "
                                   f"a larger sum would act as a larger learning rate)")
-        # The method's settings were typed by its own class at build; their ranges and the
-        # method's needs of the rest of the config are its own checks.
         WEIGHTINGS.check(self.weighting, cfg, "loss.pcgrad" if self.pcgrad else None)
         self.smart.check()
 
@@ -250,8 +237,7 @@ class LossConfig:
 @dataclass
 class PairsConfig:
     # bi: each sentence encoded alone, features [u, v, |u-v|, u*v]; cross: one sequence
-    # [CLS] a [SEP] b [SEP]. bi is the default because a random-init tiny encoder learns
-    # it in seconds; the papers' cross-encoder setting is one key away.
+    # [CLS] a [SEP] b [SEP]. bi is the default because a random-init tiny encoder learns it fast.
     encoding: Literal["cross", "bi"] = "bi"
 
 
@@ -259,19 +245,16 @@ class PairsConfig:
 class StsConfig:
     # regression: a head on the pair features; cosine: the cosine of the two sentence vectors,
     # trained towards similarity / 5 (no head layers: the encoder's own geometry is the score);
-    # cosine_mlp: the cosine after the task's hidden head layers (the papers' cosine heads, so
-    # head-sharing regimes apply to STS too).
-    # null = cosine for a pretrained encoder with bi-encoded pairs (see RECIPES), regression
-    # for tiny.
-    # The sts task's head; task_options.sts.head wins when set.
+    # cosine_mlp: the cosine after the task's hidden head layers (so head-sharing regimes apply).
+    # null = cosine for a pretrained encoder with bi-encoded pairs (RECIPES), else regression.
+    # task_options.sts.head wins when set.
     head: Literal["regression", "cosine", "cosine_mlp"] | None = None
 
 
 @dataclass
 class TaskOptions:
     """Options of one task (`task_options.<task>`), for tasks whose shape differs from the rest."""
-    # Tokens per sequence for this task; null = model.max_length. Long texts (reviews) need
-    # more than short sentences, and one global length either cuts them or pads the rest.
+    # Tokens per sequence for this task; null = model.max_length.
     max_length: int | None = None
     # regression: the usual head (MLP on the pooled vector, or on [u, v, |u-v|, u*v] for a
     # bi-encoded pair); cosine: cos(u, v) of the two sentence vectors mapped to the label range,
@@ -296,29 +279,23 @@ class TrainConfig:
     # bf16 matmuls run several times faster than fp32; fp32 elsewhere.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     save_checkpoint: bool = True
-    # What best/ stores of frozen layers loaded from a pretrained model: slim names them (the
-    # model and a digest) and load_model reads them from there; full stores them, so the
-    # bundle loads where that model is absent (mtbert/bundle.py).
+    # Frozen layers loaded from a pretrained model: slim names them in best/ (model and
+    # digest), full stores them (mtbert/bundle.py).
     bundle: Literal["slim", "full"] = "slim"
     # Micro-batches whose gradients add up before one optimizer step (an effective batch of
     # batch_size x grad_accum per task); schedules count optimizer steps.
     grad_accum: int = 1
-    # Stop after this many evaluations (epochs) without a new best overall; the best epoch is
-    # kept and reported. null = run every epoch.
+    # Stop after this many epochs without a new best overall. null = run every epoch.
     patience: int | None = None
     # Run the encoder over length-sorted buckets of rows instead of one padded batch
     # (model/multitask.py: length_buckets). null = on for CPU, off on CUDA. Speed, not results.
     length_buckets: bool | None = None
-    # Frozen layers computed once: with the embeddings and the first n encoder layers frozen
-    # (freeze.layers), their outputs never change, so they are computed once per example and
-    # stored under data.cache_dir for every epoch and every trial with the same model, data,
-    # max_length and n. Frozen layers then run in eval mode (no dropout) whether cached or
-    # not. The cache is skipped when it would exceed this size (MB on disk); 0 = off.
+    # Outputs of the frozen layers (freeze.layers) are computed once per example and stored
+    # under data.cache_dir (mtbert/train/frozen.py), unless they would exceed this many MB; 0 = off.
     frozen_cache_mb: int = 4096
     # Linear probe, then fine-tune: the heads first train on the frozen encoder for one pass
-    # over the training data (the frozen reference's recipe, read from the frozen-layer cache),
-    # and fine-tuning starts from them. Random heads at step 1 send random gradients into the
-    # pretrained layers; from probed heads the run starts at the frozen reference's level.
+    # over the training data, so fine-tuning does not start by sending random heads'
+    # gradients into the pretrained layers.
     probe: bool = False
 
     def check(self) -> None:
@@ -351,7 +328,6 @@ class Config:
     task_options: dict[str, TaskOptions] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
 
-    # Derived helpers -------------------------------------------------------------
     def head_regime(self) -> list[str]:
         return self.sharing.regime()
 
@@ -388,6 +364,11 @@ def _type_name(tp) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
+def _did_you_mean(word, options, prefix: str = "") -> str:
+    close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.5)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+
+
 def _registry(tp) -> Registry | None:
     return next((m for m in typing.get_args(tp)[1:] if isinstance(m, Registry)), None)
 
@@ -401,8 +382,7 @@ def _build(tp, value: Any, path: str):
             return _build_component(registry, value, path)
         return _build(typing.get_args(tp)[0], value, path)
     if dataclasses.is_dataclass(tp):
-        if value is None:
-            value = {}
+        value = {} if value is None else value
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
         hints = typing.get_type_hints(tp, include_extras=True)
@@ -411,8 +391,7 @@ def _build(tp, value: Any, path: str):
         for key, sub in value.items():
             sub_path = f"{path}.{key}" if path else str(key)
             if key not in names:
-                close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
-                hint = f" (did you mean '{path + '.' if path else ''}{close[0]}'?)" if close else ""
+                hint = _did_you_mean(key, names, f"{path}." if path else "")
                 raise ConfigError(f"{sub_path}: unknown key{hint}")
             kwargs[key] = _build(hints[key], sub, sub_path)
         return tp(**kwargs)
@@ -421,14 +400,12 @@ def _build(tp, value: Any, path: str):
         if value is None and type(None) in args:
             return None
         errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        for arg in [a for a in args if a is not type(None)]:
             try:
                 return _build(arg, value, path)
             except ConfigError as exc:
                 errors.append(exc)
-        if len(errors) == 1:
+        if len(errors) == 1:  # Optional[X]: X's own message
             raise errors[0]
         raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
@@ -488,8 +465,7 @@ def _build_component(registry: Registry, value: Any, path: str) -> Settings:
     own = [f.name for f in dataclasses.fields(settings) if f.name != "name"]
     for key in value:
         if key != "name" and key not in own:
-            close = difflib.get_close_matches(str(key), own, n=1, cutoff=0.5)
-            hint = f" (did you mean '{path}.{close[0]}'?)" if close else ""
+            hint = _did_you_mean(key, own, f"{path}.")
             has = f"its settings: {', '.join(own)}" if own else "it has none"
             raise ConfigError(f"{path}.{key}: not a setting of {registry.what} {name}{hint}; {has}")
     return _build(settings, value, path)
@@ -626,19 +602,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict | No
 # --------------------------------------------------------------------------- validation
 
 def import_plugins(names: list[str]) -> list[types.ModuleType]:
-    """Import the modules named in `plugins:`; importing is a plugin's whole interface.
-
-    The usual plugin registers a task (mtbert.tasks.register_task), a loss weighting method or
-    a sampling strategy with its settings (mtbert.train.weighting.register_weighting,
-    mtbert.data.samplers.register_strategy) at import. Every process that builds a config runs
-    this first (the CLI, a sweep's driver and each of its Ray trials, to which the sweep ships
-    the modules), so the task is known wherever the config is checked. A module is looked up
-    on sys.path, then in the working directory, as `python -m` would find it.
-    """
-    import importlib
-    import os
-    import sys
-
+    """Import the modules named in `plugins:`; importing is a plugin's whole interface (it
+    registers a task, weighting method or sampling strategy). Every process that builds a
+    config runs this first (the CLI, a sweep's driver and each Ray trial). A module is looked
+    up on sys.path, then in the working directory, as `python -m` would find it."""
     modules = []
     for i, name in enumerate(names):
         if name.endswith(".py") or not all(part.isidentifier() for part in name.split(".")):
@@ -655,20 +622,18 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
     return modules
 
 
-# The frozen reference: the encoder exactly as it came (every layer frozen, so its outputs are
-# computed once by the frozen-layer cache) with linear heads trained on top: a logistic
-# regression per classification task (on [u, v, |u-v|, u*v] for bi-encoded pairs) and, for a
-# sentence encoder, the cosine of the two sentence vectors for STS. Any fine-tuned row that
-# scores below it has lost what the encoder knew. `mtbert train --reference` and a sweep's
-# `reference: true` apply these over the config.
+# The frozen reference: the encoder as it came, every layer frozen, with linear heads on top.
+# A fine-tuned row that scores below it has lost what the encoder knew. `mtbert train
+# --reference` and a sweep's `reference: true` apply these over the config.
 REFERENCE = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
              "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
              "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
              "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
 
 
-def resolve_recipe(cfg: Config) -> Config:
-    """Fill the null recipe keys (optim.*, sts.head) from RECIPES for this kind of encoder."""
+def resolve(cfg: Config) -> Config:
+    """The values that follow from other keys, filled in before validate (which only reads):
+    the recipe's null keys (RECIPES), and the cascade in its one spelling (`sst>para`)."""
     recipe = RECIPES["tiny" if cfg.model.name_or_path == "tiny" else "pretrained"]
     for key in ("lr", "schedule", "warmup"):
         if getattr(cfg.optim, key) is None:
@@ -677,13 +642,6 @@ def resolve_recipe(cfg: Config) -> Config:
         cfg.optim.head_lr = recipe["head_lr"] if recipe["head_lr"] is not None else cfg.optim.lr
     if cfg.sts.head is None:
         cfg.sts.head = recipe["sts_head"] if "sts" in cfg.tasks and cfg.pairs.encoding == "bi" else "regression"
-    return cfg
-
-
-def resolve(cfg: Config) -> Config:
-    """The values that follow from other keys, filled in before validate (which only reads):
-    the recipe's null keys, and the cascade in its one spelling (`sst>para`, as MLflow shows it)."""
-    resolve_recipe(cfg)
     if cfg.sharing.cascade != "none":
         cfg.sharing.cascade = ">".join(cfg.sharing.chain())
     return cfg
@@ -735,9 +693,8 @@ def upgrade_old_spellings(raw: dict) -> dict:
 
 def _move_old_settings(registry: Registry, name: str, block: dict, key: str, parent: dict, slot: str,
                        said: str) -> None:
-    """Settings of component `name` written the old way at `key`, moved into `parent[slot]` if
-    that is the component chosen (settings written the new way win). They are checked under
-    the key they were written at, also for a component that is not chosen (they were, before)."""
+    """Settings of component `name` written the old way at `key`, checked there and moved into
+    `parent[slot]` if that is the component chosen (settings written the new way win)."""
     settings = _build_component(registry, {**block, "name": name}, key)
     settings.check(key)
     # Configs saved before settings moved carry them at their defaults (a resumed sweep's, a
@@ -752,9 +709,7 @@ def _move_old_settings(registry: Registry, name: str, block: dict, key: str, par
 def _check_task_key(key: str, task: str, tasks: list[str]) -> None:
     """A mapping keyed by task name: a key that is not a configured task would be ignored."""
     if task not in tasks:
-        close = difflib.get_close_matches(task, tasks, n=1, cutoff=0.5)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{hint}")
+        raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{_did_you_mean(task, tasks)}")
 
 
 def validate(cfg: Config) -> None:
@@ -765,9 +720,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tasks: at least one task is needed")
     for i, t in enumerate(cfg.tasks):
         if t not in TASKS:
-            close = difflib.get_close_matches(t, TASKS, n=1, cutoff=0.5)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ConfigError(f"tasks[{i}]: unknown task '{t}'{hint}; known: {', '.join(TASKS)}")
+            raise ConfigError(f"tasks[{i}]: unknown task '{t}'{_did_you_mean(t, list(TASKS))}; "
+                              f"known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")
     cfg.sharing.check(cfg)

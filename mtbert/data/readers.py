@@ -1,9 +1,7 @@
 """Readers: task files (CS224N TSV, CSV, TSV, JSONL) and config -> train/dev Examples.
 
-Malformed rows never crash a run and are never trained on silently: they are skipped and
-counted per reason in a `BadRows` (or, with `on_bad_row="error"`, the first one raises).
-Row numbers are file lines, 1-based, header included (what an editor shows), so
-"row 2891" is line 2891 of the file.
+Malformed rows are skipped and counted per reason in a `BadRows` (with `on_bad_row="error"`
+the first one raises). Row numbers are 1-based file lines, header included, as an editor shows.
 """
 from __future__ import annotations
 
@@ -22,13 +20,7 @@ from mtbert.errors import DataError
 from mtbert.tasks import TaskSpec, get_task
 
 FORMATS = ("auto", "cs224n", "csv", "tsv", "jsonl")
-
-WRONG_FIELDS = "wrong field count"
-BAD_JSON = "invalid JSON"
-MISSING_LABEL = "missing label"
-BAD_LABEL = "bad label"
-EMPTY_TEXT = "empty text"
-MISSING_TEXT2 = "missing second sentence"
+BAD_JSON = "invalid JSON"  # a bad-row reason, and the key marking a JSONL line that is not an object
 
 Fields = dict[str, Any]
 
@@ -40,16 +32,12 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
                   on_bad_row: str = "skip", labels_required: bool = True) -> tuple[list[Example], BadRows]:
     """Read one file of `task` examples.
 
-    fmt: "cs224n" (tab-separated, header row whose first field is an empty index column;
-    columns from task.cs224n_columns, or `columns` for a task without them), "csv" (comma,
-    CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per line); those three take
-    their columns from `columns`, by default the task's CS224N names when it has them.
-    "auto" picks by extension; a .csv whose header is tab-separated with an empty first
-    field is cs224n.
-    Row numbers in BadRows and errors are 1-based file lines (the header is line 1).
-    Each example keeps its id: the `columns.id` column, else an `id` column when the file
-    has one (CS224N), else its row number. With labels_required=False (a test split) the
-    label column may be absent or empty; such examples carry label None.
+    fmt: "cs224n" (tab-separated, header with an empty first field; the task's CS224N column
+    names, or `columns` for a task without them), "csv" (comma, CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per
+    line); those three take their columns from `columns`, by default the task's CS224N names.
+    "auto" picks by extension (detect_format). Each example's id is the `columns.id` column,
+    else an `id` column when the file has one, else its row number. With labels_required=False
+    (a test split) the label may be absent; such examples carry label None.
     """
     path = Path(path)
     if fmt not in FORMATS:
@@ -64,16 +52,17 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         if fmt == "auto":
             fmt = detect_format(path)
         names = _column_names(path, task, fmt, columns)
-        id_name = columns.id if columns is not None and columns.id else "id"
+        named_id = columns.id if columns is not None else None
+        id_name = named_id or "id"
         # An explicitly named id column must exist; the default `id` is used when present.
-        optional = ({id_name} if not (columns is not None and columns.id) else set())
+        optional = set() if named_id else {id_name}
         if not labels_required:
             optional.add(names[2])
         absent: dict[str, int] = {}  # JSONL: column -> objects without it
         objects, keys_seen = 0, []
         for line, fields in _records(path, fmt, (*names, id_name), optional):
             bad.rows_read += 1
-            if fmt == "jsonl" and fields is not None and BAD_JSON not in fields:
+            if fmt == "jsonl" and BAD_JSON not in fields:
                 objects += 1
                 keys_seen = keys_seen or list(fields)
                 for name in (*names, id_name):
@@ -81,9 +70,7 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
                         absent[name] = absent.get(name, 0) + 1
             example, reason, detail = _to_example(fields, names, task, labels_required)
             if example is not None:
-                example = _with_id(example, fields, id_name, line)
-            if example is not None:
-                examples.append(example)
+                examples.append(_with_id(example, fields, id_name, line))
                 continue
             if on_bad_row == "error":
                 raise DataError(f"{path}: row {line}: {reason}{detail}")
@@ -132,11 +119,9 @@ def _column_names(path: Path, task: TaskSpec, fmt: str,
 def _unquote(field: str) -> str:
     """Undo CSV quoting on a field that is wholly and validly quoted (every inner quote doubled).
 
-    CS224N files are tab-separated, but some fields were written CSV-quoted, some twice
-    over. Parsing with CSV quoting on lets one stray quote swallow the lines after it, so
-    the files are read with quoting off and such fields are unwrapped here; text that merely
-    starts and ends with a quote ('"Hi" he said "bye"') is left alone.
-    """
+    CS224N files are tab-separated, but some fields were written CSV-quoted, some twice over.
+    With CSV quoting on, one stray quote would swallow the lines after it, so the files are
+    read with quoting off and such fields unwrapped here; '"Hi" he said "bye"' is left alone."""
     while len(field) >= 2 and field[0] == '"' and field[-1] == '"':
         inner = field[1:-1]
         if '"' in inner.replace('""', ""):
@@ -181,11 +166,9 @@ def _header_index(path: Path, header: list[str], names: tuple[str | None, ...],
             shown = ", ".join(h or "(empty)" for h in header)
             hint = ""
             if len(header) == 1 and fmt != "csv" and "," in header[0]:
-                hint = "; the header has commas but the file is read tab-separated: set format: csv"
+                hint = "; the header has commas but the file is read tab-separated: set format: csv (wrong delimiter)"
             elif len(header) == 1 and fmt == "csv" and "\t" in header[0]:
-                hint = "; the header has tabs but the file is read comma-separated: set format: tsv"
-            if hint:
-                hint += " (wrong delimiter)"
+                hint = "; the header has tabs but the file is read comma-separated: set format: tsv (wrong delimiter)"
             raise DataError(f"{path}: column '{name}' not in header ({shown}){hint}")
         index[name] = header.index(name)
     return index
@@ -207,7 +190,7 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
                 task: TaskSpec, labels_required: bool = True) -> tuple[Example | None, str, str]:
     """(example, "", "") or (None, reason, detail for the error message)."""
     if fields is None:
-        return None, WRONG_FIELDS, ""
+        return None, "wrong field count", ""
     if BAD_JSON in fields:
         return None, BAD_JSON, ""
     text_key, text2_key, label_key = names
@@ -216,18 +199,18 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
         raw = int(raw)
     unlabelled = raw is None or str(raw).strip() == ""
     if unlabelled and labels_required:
-        return None, MISSING_LABEL, f" ('{label_key}')"
+        return None, "missing label", f" ('{label_key}')"
     label = None if unlabelled else task.parse_label(raw)
     if label is None and not unlabelled:
-        return None, BAD_LABEL, f" {str(raw)!r} ({label_hint(task)})"
+        return None, "bad label", f" {str(raw)!r} ({label_hint(task)})"
     text = _text(fields.get(text_key))
     if not text:
-        return None, EMPTY_TEXT, f" ('{text_key}')"
+        return None, "empty text", f" ('{text_key}')"
     text2 = None
     if text2_key is not None:
         text2 = _text(fields.get(text2_key))
         if not text2:
-            return None, MISSING_TEXT2, f" ('{text2_key}')"
+            return None, "missing second sentence", f" ('{text2_key}')"
     return Example(text, text2, label), "", ""
 
 
@@ -262,8 +245,7 @@ def load_splits(cfg: Config) -> tuple[dict[str, tuple[list[Example], list[Exampl
         if cfg.data.source == "synthetic":
             train, dev = _synthetic_splits(cfg, task)
         else:
-            (train, bad_train), (dev, bad_dev) = (
-                _read_split(cfg, task, split) for split in ("train", "dev"))
+            (train, bad_train), (dev, bad_dev) = (read_split(cfg, name, split) for split in ("train", "dev"))
             bad += [bad_train, bad_dev]
         splits[name] = (_cap(train, cfg.data.max_train_examples, "data.max_train_examples"),
                         _cap(dev, cfg.data.max_dev_examples, "data.max_dev_examples"))
@@ -315,17 +297,11 @@ def input_files(cfg: Config) -> list[Path]:
     return [_split_file(cfg, get_task(t), split)[0].resolve() for t in cfg.tasks for split in ("train", "dev")]
 
 
-def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
-    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
-    return _read_split(cfg, get_task(task_name), split)
-
-
 def resolve_files(cfg: Config) -> Config:
-    """Write into `cfg.data.files` what the readers will really use: the detected format of
-    an `auto` entry, and for a cs224n-format file the task's own column names (which the
-    reader uses whatever `columns` says). The resolved config is what result.json and the
-    MLflow params record, so they must not show defaults the reader ignored. In place;
-    idempotent; an entry whose file is missing is left as it is (reading it fails later)."""
+    """Write into `cfg.data.files` what the readers will really use (the detected format of an
+    `auto` entry; a cs224n-format file's own column names), so result.json and the MLflow
+    params never show defaults the reader ignored. In place, idempotent; an entry whose file
+    is missing is left as it is (reading it fails later)."""
     for name, files in cfg.data.files.items():
         if name not in cfg.tasks:
             continue
@@ -345,7 +321,9 @@ def resolve_files(cfg: Config) -> Config:
     return cfg
 
 
-def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example], BadRows]:
+def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
+    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
+    task = get_task(task_name)
     path, fmt, columns, key = _split_file(cfg, task, split)
     if not path.is_file():
         raise DataError(f"{key}: {path} not found")
@@ -357,11 +335,9 @@ def _read_split(cfg: Config, task: TaskSpec, split: str) -> tuple[list[Example],
 
 
 def _cap(examples: list[Example], limit: int | None, key: str) -> list[Example]:
-    """The first `limit` of a fixed-seed shuffle, kept in file order.
-
-    The seed is a constant, not train.seed: every trial of a sweep sees the same subset,
-    and a random subset stays representative where the file's head may be sorted.
-    """
+    """The first `limit` of a fixed-seed shuffle, kept in file order. The seed is a constant,
+    not train.seed: every trial of a sweep sees the same subset, and a random subset stays
+    representative where the file's head may be sorted."""
     if limit is not None and limit <= 0:
         raise DataError(f"{key}: must be > 0, got {limit}")
     if limit is None or len(examples) <= limit:

@@ -47,9 +47,7 @@ class SamplingConfig:
 
 def annealed_alpha(epoch: int, epochs: int) -> float:
     """pals-annealed-sampling.txt eq. 4, with e 1-based; a single epoch keeps alpha = 1."""
-    if epochs == 1:
-        return 1.0
-    return 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
+    return 1.0 if epochs == 1 else 1.0 - 0.8 * (epoch - 1) / (epochs - 1)
 
 
 class Strategy:
@@ -196,10 +194,7 @@ def task_schedule(strategy: Settings | str, sizes: dict[str, int], epoch: int, e
 
 class TaskBatches:
     """Endless batches of one task's example indices: each pass is a fresh seeded shuffle.
-
-    A batch never spans two passes, so every pass shows each example exactly once; the last
-    batch of a pass is smaller when batch_size does not divide n.
-    """
+    A batch never spans two passes, so every pass shows each example exactly once."""
 
     def __init__(self, n: int, batch_size: int, seed: int):
         if n <= 0 or batch_size <= 0:

@@ -1,9 +1,8 @@
 """Tokenizers, tokenized datasets, dynamic-padding collation and the tokenization cache.
 
-A sweep runs many trials on the same data; `prepare()` tokenizes each split once and stores
-it under `data.cache_dir`, keyed by a hash of everything that decides the token ids (the
-tokenizer itself, task, pair encoding, max_length, the examples). Trials that share those
-load the stored ids; a change to any of them is a different key, so nothing goes stale.
+`prepare()` tokenizes each split once and stores it under `data.cache_dir`, keyed by a hash of
+everything that decides the token ids (tokenizer, task, pair encoding, max_length, examples),
+so a sweep's trials share it and nothing goes stale.
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from mtbert.config import Config
+from mtbert.config import Config, to_dict
 from mtbert.data.cache import ProcessMemo, build_once, files_digest, folder_stamp
 from mtbert.data.readers import DataError, input_files, load_splits, resolve_files
 from mtbert.data.types import Batch, BadRows, Encoded, Example
@@ -56,6 +55,10 @@ def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def pad_token_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
 def _hash_texts(texts: Sequence[str]) -> str:
     h = hashlib.sha256(f"tiny-wordpiece-v2:{TINY_VOCAB_SIZE}:{SPECIAL_TOKENS}".encode())
     for t in texts:
@@ -75,14 +78,10 @@ def _tiny_tokenizer(texts: list[str], cache_dir: Path) -> PreTrainedTokenizerFas
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int = TINY_VOCAB_SIZE):
-    """A BERT-style uncased WordPiece tokenizer (tokenizers.Tokenizer) built from `texts`.
-
-    The vocabulary is every character seen (alone and as a "##" continuation), then whole
-    words by frequency (ties alphabetical) up to `vocab_size`; rarer words fall back to
-    characters. Counting instead of the library's WordPieceTrainer because the trainer
-    breaks merge ties in hash order, so the same texts give different vocabularies from run
-    to run, and trials of one sweep must agree on token ids.
-    """
+    """A BERT-style uncased WordPiece tokenizer (tokenizers.Tokenizer) built from `texts`:
+    every character seen (alone and as a "##" continuation), then whole words by frequency
+    (ties alphabetical) up to `vocab_size`. Not the library's WordPieceTrainer: it breaks merge
+    ties in hash order, and trials of one sweep must agree on token ids."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -142,12 +141,9 @@ class _Packed:
 
 def _pack(seqs: list[list[int]], types: list[list[int]]) -> _Packed:
     lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    offsets = torch.zeros_like(lengths)
-    if len(lengths) > 1:
-        offsets[1:] = torch.cumsum(lengths, 0)[:-1]
     return _Packed(torch.tensor(list(itertools.chain.from_iterable(seqs)), dtype=torch.long),
                    torch.tensor(list(itertools.chain.from_iterable(types)), dtype=torch.long),
-                   offsets, lengths)
+                   torch.cumsum(lengths, 0) - lengths, lengths)
 
 
 def _unpack(flat: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
@@ -187,8 +183,7 @@ class Truncation:
 
 @dataclass(eq=False)
 class TaskDataset:
-    """One task's split, tokenized and unpadded. Treat it as read-only: collate reads a packed
-    copy of `sides`/`type_ids`, made on first use."""
+    """One task's split, tokenized and unpadded. Read-only: collate reads a packed copy."""
     task: str
     sides: list[list[list[int]]]  # sides[s][i]: token ids of example i on side s
     type_ids: list[list[list[int]]]
@@ -204,10 +199,6 @@ class TaskDataset:
         if self._packed is None:
             self._packed = [_pack(s, t) for s, t in zip(self.sides, self.type_ids)]
         return self._packed
-
-    def num_tokens(self) -> int:
-        """Real (unpadded) tokens over all sides: the denominator of padding waste."""
-        return int(sum(int(p.lengths.sum()) for p in self.packed))
 
 
 def encode_examples(tokenizer: PreTrainedTokenizerFast, examples: list[Example], task: TaskSpec,
@@ -261,6 +252,16 @@ def truncation_counts(task: str, split: str, max_length: int, full: list[list[in
     return t
 
 
+def padded_positions(offsets: torch.Tensor, lengths: torch.Tensor, idx: torch.Tensor,
+                     size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) positions in a flat store of `size` rows of the sequences `idx`, padded to the
+    longest, and their mask. Padding positions point at some in-range row, for the mask to blank."""
+    lengths = lengths[idx]
+    steps = torch.arange(int(lengths.max()))
+    mask = steps[None, :] < lengths[:, None]
+    return (offsets[idx][:, None] + steps[None, :]).clamp_(max=size - 1), mask
+
+
 def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
     """A batch padded to its own longest sequence (per side), not to max_length."""
     idx = torch.as_tensor(indices, dtype=torch.long)
@@ -268,14 +269,8 @@ def collate(ds: TaskDataset, indices: Sequence[int], pad_id: int) -> Batch:
         raise ValueError(f"collate: empty batch of task '{ds.task}'")
     inputs = []
     for p in ds.packed:
-        lengths = p.lengths[idx]
-        steps = torch.arange(int(lengths.max()))
-        mask = steps[None, :] < lengths[:, None]
-        # Padding positions read some in-range token and are then overwritten by the mask.
-        pos = (p.offsets[idx][:, None] + steps[None, :]).clamp_(max=p.ids.numel() - 1)
-        input_ids = torch.where(mask, p.ids[pos], pad_id)
-        token_types = p.types[pos] * mask
-        inputs.append(Encoded(input_ids, mask.long(), token_types))
+        pos, mask = padded_positions(p.offsets, p.lengths, idx, p.ids.numel())
+        inputs.append(Encoded(torch.where(mask, p.ids[pos], pad_id), mask.long(), p.types[pos] * mask))
     return Batch(ds.task, inputs, ds.labels[idx])
 
 
@@ -352,18 +347,13 @@ _PREPARED = ProcessMemo(size=2)
 
 
 def _prepared_key(cfg: Config) -> tuple | None:
-    """Everything that decides what prepare() returns: the data config, the tasks' encodings
-    and max lengths, the contents of the files read and the tokenizer's folder as it is now.
-    None (nothing kept) where it cannot be said: a file or folder prepare() will report."""
-    from mtbert.config import to_dict
-
+    """Everything that decides what prepare() returns (config, file contents, the tokenizer's
+    folder as it is now); None where it cannot be said: a file or folder prepare() will report."""
     try:
         files = input_files(cfg)
         name = cfg.model.name_or_path
         tokenizer: tuple = (name,)
         if name != "tiny":  # tiny's is trained on the training texts: they are in the key
-            from mtbert.hub import pretrained_source
-
             source, _ = pretrained_source(name, DataError)
             tokenizer = (name, source, folder_stamp(Path(source)))
     except (DataError, KeyError, ValueError, OSError):
@@ -376,9 +366,7 @@ def _prepared_key(cfg: Config) -> tuple | None:
 def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
     """Load every task's splits, get the tokenizer and tokenize (once per content: cached on
     disk, and kept in the process for its next run: treat the result as read-only).
-
-    Relative paths in cfg resolve against the current directory.
-    """
+    Relative paths in cfg resolve against the current directory."""
     resolve_files(cfg)  # in place, as load_splits would: the config records what was read
     key = _prepared_key(cfg)
     prepared = _PREPARED.get(key) if key is not None else None
@@ -387,12 +375,8 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
         if key is not None:
             _PREPARED.keep(key, prepared)
     if log is not None:
-        for bad in prepared.bad_rows:
-            if bad.total:
-                log(bad.summary())
-        for t in prepared.truncation():
-            if t.rows_cut:
-                log(t.summary())
+        for line in prepared.data_report():
+            log(line)
     return prepared
 
 

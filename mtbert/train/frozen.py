@@ -1,29 +1,24 @@
 """Frozen layers computed once.
 
-With `freeze.layers: n` the embeddings and the first n encoder layers never change, and they
-run in eval mode (no dropout; MultitaskModel._freeze), so their output for an example is a
-fixed function of its tokens. Computing it at every step of every epoch of every trial is
-most of the work of a partly frozen run and all of it for a head-only one. This module
-computes each example's output once, stores it under `data.cache_dir`, and serves batches
-of it in place of the embeddings:
+With `freeze.layers: n` the embeddings and the first n encoder layers never change and run
+in eval mode (no dropout), so their output for an example is a fixed function of its tokens.
+This module computes each example's output once, stores it under `data.cache_dir`, and
+serves batches of it in place of the embeddings:
 
-- n < L: the hidden states after layer n, one (length, hidden) block per sequence; training
-  runs layers n+1..L on them.
+- n < L: the hidden states after layer n, one (length, hidden) block per sequence.
 - n = L (the whole encoder frozen): one vector per sequence, the pooling's input (the mean of
-  the token states for `mean` pooling, the first token's state for `cls` and `pooler`);
-  training runs only the pooler (if any) and the heads.
+  the token states for `mean` pooling, the first token's state for `cls` and `pooler`).
 
 A stored block is keyed by everything that decides it: the tokenized sequences, n, the
-pooling (n = L), the autocast precision and a digest of the frozen weights themselves (so a
-tiny random-init encoder, whose weights follow the seed, gets its own entry per seed).
-Trials of a sweep that share them read the same file, memory-mapped, so the page cache holds
-it once for every trial process on the machine. PALs add a trainable term inside every layer
-and SMART perturbs the embeddings: with either, nothing below them is fixed and the cache
-is off.
+pooling (n = L), the autocast precision and a digest of the frozen weights (so a tiny
+random-init encoder gets its own entry per seed). Trials share a file memory-mapped, so the
+page cache holds it once per machine. PALs and SMART make nothing below them fixed: with
+either, the cache is off.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +26,8 @@ from pathlib import Path
 import torch
 
 from mtbert.data.cache import ProcessMemo, build_once
-from mtbert.data.tokenize import TaskDataset, collate
+from mtbert.config import to_dict
+from mtbert.data.tokenize import TaskDataset, collate, padded_positions
 from mtbert.data.types import Batch
 from mtbert.model.multitask import MultitaskModel, Packed, _additive_mask
 
@@ -47,12 +43,8 @@ class Side:
 
     def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, T, hidden) blocks of sequences `idx`, zero-padded to the longest, and their mask."""
-        lengths = self.lengths[idx]
-        steps = torch.arange(int(lengths.max()))
-        mask = steps[None, :] < lengths[:, None]
-        pos = (self.offsets[idx][:, None] + steps[None, :]).clamp_(max=self.flat.shape[0] - 1)
-        h = self.flat[pos] * mask[..., None]
-        return h, mask.long()
+        pos, mask = padded_positions(self.offsets, self.lengths, idx, self.flat.shape[0])
+        return self.flat[pos] * mask[..., None], mask.long()
 
 
 def _digest_params(modules: Sequence[torch.nn.Module]) -> str:
@@ -70,12 +62,11 @@ _LOADED_DIGESTS = ProcessMemo(size=8)
 
 
 def frozen_digest(model: MultitaskModel) -> str:
-    """Digest of the frozen weights: the embeddings and the first frozen_depth layers as a task
-    sees them (a frozen private copy equals the others). It keys the stored blocks here and
-    names the frozen part in a slim bundle or checkpoint (mtbert/bundle.py). Hashing MiniLM
-    takes a fifth of a second, so it is kept with the model until a load writes into one of
-    those tensors (which bumps the tensor's version), and kept in the process for models
-    whose frozen tensors are still, untouched, the pretrained files' (MultitaskModel.weights_origin)."""
+    """Digest of the frozen weights: the embeddings and the first frozen_depth layers. It keys
+    the stored blocks here and names the frozen part in a slim bundle or checkpoint. Hashing
+    MiniLM takes a fifth of a second, so it is kept with the model until a load writes into
+    one of those tensors (bumping its version), and in the process for models whose frozen
+    tensors are still the pretrained files' (MultitaskModel.weights_origin)."""
     modules = model.digest_modules()
     version = model.frozen_versions()
     memo = getattr(model, "_frozen_digest", None)
@@ -158,7 +149,6 @@ class FrozenCache:
     def __init__(self, model: MultitaskModel, splits: dict[str, dict[str, TaskDataset]], pad_id: int,
                  device, autocast, precision: str, cache_dir: str | Path,
                  log: Callable[[str], None] = lambda _m: None):
-        self.model, self.device = model, device
         self.start = model.frozen_depth
         weights = frozen_digest(model)
         pooling = model.pooling if self.start == model.num_layers else "-"
@@ -226,20 +216,13 @@ def usable(model: MultitaskModel, cfg) -> bool:
 
 def setup_signature(cfg) -> str:
     """What decides whether a run reads the frozen-layer cache and which blocks it reads, as
-    config: runs with the same signature share their blocks (the keys above are their
-    contents', so a signature that splits runs too finely only costs a lookup). A sweep's
-    driver builds the blocks once per signature before its first trial."""
-    import json
-
-    from mtbert.config import to_dict
-
+    config: runs with the same signature share their blocks (a signature that splits runs too
+    finely only costs a lookup). A sweep's driver builds the blocks once per signature."""
     raw = to_dict(cfg)
-    train = raw.get("train", {})
-    keep = {"tasks": raw.get("tasks"), "model": raw.get("model"), "data": raw.get("data"),
-            "pairs": raw.get("pairs"), "task_options": raw.get("task_options"), "freeze": raw.get("freeze"),
-            "sharing": {k: raw.get("sharing", {}).get(k) for k in ("encoder_shared_layers", "pal_size")},
-            "smart": raw.get("loss", {}).get("smart", {}).get("weight"),
-            "train": {k: train.get(k) for k in ("precision", "device", "frozen_cache_mb", "probe")},
-            # A tiny encoder's weights follow the seed; a pretrained one's are its files.
-            "seed": train.get("seed") if cfg.model.name_or_path == "tiny" else None}
+    keep = {k: raw[k] for k in ("tasks", "model", "data", "pairs", "task_options", "freeze")}
+    keep.update(sharing={k: raw["sharing"][k] for k in ("encoder_shared_layers", "pal_size")},
+                smart=cfg.loss.smart.weight,
+                train={k: raw["train"][k] for k in ("precision", "device", "frozen_cache_mb", "probe")},
+                # A tiny encoder's weights follow the seed; a pretrained one's are its files.
+                seed=cfg.train.seed if cfg.model.name_or_path == "tiny" else None)
     return json.dumps(keep, sort_keys=True, default=str)

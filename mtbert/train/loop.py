@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +23,10 @@ import torch
 import yaml
 
 from mtbert import figures
-from mtbert.bundle import frozen_reference, load_stored, stored_state
+from mtbert.bundle import frozen_reference, load_stored, save_atomic, save_bundle, stored_state
 from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, strategy_of, task_schedule
-from mtbert.data.tokenize import Prepared, collate, prepare
+from mtbert.data.tokenize import Prepared, collate, pad_token_id, prepare
 from mtbert.data.types import Batch
 from mtbert.errors import TrainingError
 from mtbert.model.multitask import MultitaskModel, Packed, count_params, model_size_mb, pack
@@ -49,14 +49,12 @@ class Result:
     config: dict = field(default_factory=dict)
     data_report: list[str] = field(default_factory=list)  # bad-row and truncation summaries
     truncation: list[dict] = field(default_factory=list)  # per task and split: what max_length cut
-    # The model as the last epoch left it, in memory (not saved, not in to_dict); the best
-    # epoch's bundle is output_dir/best. train.probe fine-tunes from its probe's.
+    # The model as the last epoch left it, in memory only (the best epoch's is output_dir/best).
     model: MultitaskModel | None = field(default=None, repr=False, compare=False)
     timings: dict = field(default_factory=dict)  # seconds per phase (measure.Phases.snapshot)
 
     def to_dict(self) -> dict:
-        return {"metrics": self.metrics, "epochs": self.epochs, "config": self.config,
-                "data_report": self.data_report, "truncation": self.truncation, "timings": self.timings}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -74,8 +72,7 @@ def seed_everything(seed: int) -> None:
 def param_rates(model: MultitaskModel, cfg: Config) -> dict[int, float]:
     """id(parameter) -> learning rate. The encoder's own (pretrained) parameters get optim.lr,
     scaled by layer_decay^(layers above them); everything the model adds on top (heads, pair
-    projections, PALs, the pooled LayerNorm, a pooler the checkpoint lacks) optim.head_lr.
-    For tiny both rates are one unless set apart: nothing there is pretrained."""
+    projections, PALs, the pooled LayerNorm, a pooler the checkpoint lacks) optim.head_lr."""
     o, n = cfg.optim, model.num_layers
     rates: dict[int, float] = {}
 
@@ -119,9 +116,7 @@ def make_optimizer(model: MultitaskModel, cfg: Config, extra: list[torch.nn.Para
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
-    """optim.schedule over `total_steps` optimizer steps, after optim.warmup (transformers'
-    schedulers: the LR multiplier rises linearly from 0 over the warmup, then stays (constant)
-    or falls to 0 at the last step (linear, cosine))."""
+    """optim.schedule over `total_steps` optimizer steps, after optim.warmup."""
     from transformers import get_scheduler
 
     w = cfg.optim.warmup
@@ -190,11 +185,9 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
           log: Callable[[str], None] | None = print, progress=None) -> Result:
     """`output_dir` gets result.json, the best epoch's model bundle (best/) and, after every
     epoch, the resumable state (last/state.pt) that `resume_from=output_dir / "last"` continues.
-    With a `reporter` the state goes to it instead (a sweep trial: Tune's checkpoint is the
-    state its retries and resumes start from, so a copy in the trial's folder would only
-    cost a model and its optimizer moments of disk writes every epoch).
-    `progress`, when given, is told about every step (mtbert/train/progress.py).
-    Every report's metrics carry `timings`: seconds per phase so far (measure.Phases)."""
+    With a `reporter` the state goes to it instead (a sweep trial: Tune's checkpoint is what
+    its retries and resumes start from). `progress`, when given, is told about every step
+    (mtbert/train/progress.py). Every report's metrics carry `timings` (measure.Phases)."""
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
     device = measure.pick_device(cfg.train.device)
@@ -204,7 +197,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     with phase("data"):
         prepared = prepared or prepare(cfg, log=log)
     tok = prepared.tokenizer
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad_id = pad_token_id(tok)
     with phase("model"):
         model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
     # A resumed run's state already holds the probed heads (and the probe's time and FLOPs).
@@ -261,7 +254,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         log(f"resumed from {resume_from} at epoch {start_epoch}")
 
     # Shares of each task's training rows and tokens that max_length cut: reported every
-    # epoch, so a sweep's MLflow runs carry them (epoch/trunc_rows_<task>) like any figure.
+    # epoch, so a sweep's MLflow runs carry them like any figure.
     trunc = {}
     for t in prepared.truncation():
         if t.split == "train":
@@ -347,8 +340,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
             since_best = 0
             if out_dir is not None and cfg.train.save_checkpoint:
                 with phase("checkpoint"):
-                    # After this run's first save only the weights change (bundle.save_bundle).
-                    _save_model(model, cfg, out_dir / "best", tok, weights_only=bundle_saved)
+                    # After this run's first save only the weights change.
+                    save_bundle(out_dir / "best", model, cfg, tok, weights_only=bundle_saved)
                 bundle_saved = True
         else:
             since_best += 1
@@ -361,14 +354,12 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         last = epoch == cfg.train.epochs or out_of_patience
         with phase("checkpoint"):
             if saves_state:
-                # The final state keeps no weights (_final_state): none are captured for it.
                 state = _state(model, reference, optimizer, scheduler, weighting, history, timer.elapsed,
-                               epoch, weights=not (last and reporter is not None))
+                               epoch, final=last and reporter is not None)
             if out_dir is not None and state is not None and reporter is None:
-                _save_state(state, out_dir / "last")
+                (out_dir / "last").mkdir(parents=True, exist_ok=True)
+                save_atomic(state, out_dir / "last" / STATE_FILE)
         if reporter is not None:
-            if state is not None and last:
-                state = _final_state(state)
             # The summary rides every report: a trial its scheduler stops never returns.
             _report(reporter, {**m, figures.SUMMARY_KEY: summary}, state, config_text, out_dir, phase,
                     timer.elapsed)
@@ -385,14 +376,9 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
 
 
 def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
-    """train.probe: train the heads on the frozen encoder (one epoch of the sampler's own
-    length, i.e. one pass over the training data; constant head rate, no warmup) and load the
-    result into `model`, whose encoder is still the pretrained one. Returns the probe's final
-    metrics. Only the heads train: a model with PALs is probed without them (see
-    _probe_config) and its PALs start training with fine-tuning, like its encoder. Without the
-    frozen-layer cache (over train.frozen_cache_mb) every probe step runs the whole encoder
-    forward (no backward): about a third of what fine-tuning for one pass over the training
-    data would cost."""
+    """train.probe: train the heads on the frozen encoder for one pass over the training data
+    (_probe_config) and load them into `model`, whose encoder is still the pretrained one.
+    Returns the probe's final metrics."""
     # One epoch, so its last model is its best: handed over in memory, nothing written to disk.
     result = train(_probe_config(cfg), prepared=prepared, log=lambda msg: log(f"probe: {msg}"))
     missing, unexpected = model.load_state_dict(result.model.state_dict(), strict=False)
@@ -406,11 +392,9 @@ def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
 def _probe_config(cfg: Config) -> Config:
     probe = copy.deepcopy(cfg)
     probe.freeze.layers, probe.train.probe = -1, False
-    # A fresh PAL adds exactly nothing (its V^D starts at zero), so the encoder a PAL model is
-    # probed on is the plain pretrained one: probing without PALs trains the heads alone, from
-    # the frozen-layer cache. Probing with them would train the PALs too, through a backward
-    # over every encoder layer: one extra pass of adapter training that the arms without PALs
-    # never get.
+    # A fresh PAL adds exactly nothing (its V^D starts at zero), so probing without PALs is
+    # probing the same model, heads alone and from the frozen-layer cache; with them it would
+    # give PAL arms an extra pass of adapter training.
     probe.sharing.pal_size = 0
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
@@ -419,11 +403,9 @@ def _probe_config(cfg: Config) -> Config:
 
 
 def build_frozen_cache(cfg: Config, log: Callable[[str], None] | None = None) -> tuple[int, float]:
-    """The frozen-layer cache (train/frozen.py) that a run of `cfg` reads, and its probe's
-    (train.probe), made ready as train() would make it (same seed, device, precision and
-    data, so the same keys) without training: a sweep's driver calls it once per distinct
-    setup before its first trial, so no trial waits for it. Returns (blocks computed, seconds
-    spent computing them); (0, 0.0) where every block was stored already or the run reads none."""
+    """The frozen-layer cache that a run of `cfg` (and its probe) reads, made ready as train()
+    would make it, without training: a sweep's driver calls it once per distinct setup before
+    its first trial. Returns (blocks computed, seconds spent computing them)."""
     log = log or (lambda _msg: None)
     built, seconds = 0, 0.0
     for run in ([_probe_config(cfg)] if cfg.train.probe else []) + [cfg]:
@@ -431,9 +413,8 @@ def build_frozen_cache(cfg: Config, log: Callable[[str], None] | None = None) ->
         device = measure.pick_device(run.train.device)
         bf16, autocast = autocast_for(run.train.precision, device)
         prepared = prepare(run, log=None)
-        tok = prepared.tokenizer
-        pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        model = MultitaskModel(run, vocab_size=len(tok), pad_token_id=pad_id).to(device)
+        pad_id = pad_token_id(prepared.tokenizer)
+        model = MultitaskModel(run, vocab_size=len(prepared.tokenizer), pad_token_id=pad_id).to(device)
         cache, s = _frozen_cache(model, prepared, run, pad_id, device, autocast, bf16, log)
         if cache is not None:
             built, seconds = built + cache.built, seconds + s
@@ -442,8 +423,7 @@ def build_frozen_cache(cfg: Config, log: Callable[[str], None] | None = None) ->
 
 def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id: int, device, autocast,
                   bf16: bool, log) -> tuple[FrozenCache | None, float]:
-    """The frozen-layer cache for this run where it applies and fits (train/frozen.py), and
-    the seconds this run spent computing it (0 when every block was stored already)."""
+    """The frozen-layer cache where it applies and fits, and the seconds spent computing it."""
     if not frozen_usable(model, cfg):
         return None, 0.0
     mb = estimate_mb(model, [*prepared.train.values(), *prepared.dev.values()])
@@ -517,9 +497,7 @@ def smart_term(model: MultitaskModel, batch, task, clean: torch.Tensor, cfg: Con
 
 
 def _check_finite(recent, epoch: int) -> None:
-    if not recent:
-        return
-    if bool(torch.isfinite(torch.cat([l for _, l, _ in recent])).all()):
+    if not recent or bool(torch.isfinite(torch.cat([l for _, l, _ in recent])).all()):
         return
     for step, losses, step_tasks in recent:
         for value, task in zip(losses.tolist(), step_tasks):
@@ -534,17 +512,10 @@ def _epoch_line(m: dict, cfg: Config) -> str:
             f"| {m['seq_per_s']:.0f} seq/s, pad {m['pad_fraction']:.0%}, train {m['train_time_s']:.1f}s")
 
 
-def _save_model(model, cfg: Config, path: Path, tokenizer, weights_only: bool = False) -> None:
-    from mtbert.bundle import save_bundle
-
-    save_bundle(path, model, cfg, tokenizer, weights_only=weights_only)
-
-
 def _take_best(kept: Path, best: Path) -> None:
-    """A resumed sweep trial continues from its checkpoint's best/ (the best up to the epoch it
-    resumes after), not from whatever its folder holds: another node's trial folder has none,
-    and after a stop the trainable left there a link into the checkpoint, which a save must not
-    write through (orchestration/run/trainable.py)."""
+    """A resumed run continues from its checkpoint's best/, not from whatever its folder holds:
+    another node's trial folder has none, and after a stop the trainable left there a link into
+    the checkpoint, which a save must not write through (orchestration/run/trainable.py)."""
     if best.is_symlink() or best.is_file():
         best.unlink()
     elif best.is_dir():
@@ -553,35 +524,21 @@ def _take_best(kept: Path, best: Path) -> None:
 
 
 def _state(model, reference: dict | None, optimizer, scheduler, weighting: Weighting, history, train_time,
-           epoch: int, weights: bool = True) -> dict:
+           epoch: int, final: bool = False) -> dict:
     """Everything a resume needs to continue as if never stopped (mtbert/train/state.py). The
-    optimizer holds nothing for frozen tensors, and the model's frozen tensors are named by
-    `reference` when a pretrained model holds them (mtbert/bundle.py). `weights=False`: the
-    history and counters only (a finished run's last checkpoint, _final_state)."""
+    model's frozen tensors are named by `reference` when a pretrained model holds them
+    (mtbert/bundle.py). `final`: a sweep trial's last checkpoint, from which a resume trains no
+    epoch: history and counters only, without the model and optimizer (about three times the
+    model's size on the disk of every finished trial; best/ travels beside it)."""
     state = {"history": history, "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
              "sampler": sampler_position(epoch)}
-    if weights:
+    if final:
+        state["final"] = True
+    else:
         state.update({"model": stored_state(model, reference), "frozen": reference,
                       "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                       "weighting": weighting.state_dict()})
     return state
-
-
-def _final_state(state: dict) -> dict:
-    """The last checkpoint of a run that has finished: its history, not its weights. A resume
-    from it trains no epoch (the budget or the patience is spent), so nothing would read the
-    model, optimizer and scheduler, which for AdamW are about three times the model's size
-    on the disk of every finished sweep trial. The best epoch's model travels beside it (best/)."""
-    return {**{k: v for k, v in state.items() if k not in ("model", "frozen", "optimizer", "scheduler", "weighting")},
-            "final": True}
-
-
-def _save_state(state: dict, path: Path) -> None:
-    # Written beside and renamed, so a run killed mid-write keeps the previous epoch's state.
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / f".{STATE_FILE}.tmp"
-    torch.save(state, tmp)
-    tmp.replace(path / STATE_FILE)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -600,7 +557,6 @@ def _report(reporter: Reporter, m: dict, state: dict | None, config_text: str, o
         with phase("report"):
             reporter({**m, "timings": phase.snapshot(train_s)}, None)
         return
-    best_dir = out_dir / "best" if out_dir is not None else None
     # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
     # may never delete it, and there the driver does (orchestration/run/trainable.py).
     if out_dir is not None:
@@ -611,15 +567,12 @@ def _report(reporter: Reporter, m: dict, state: dict | None, config_text: str, o
             torch.save(state, tmp / STATE_FILE)
             (tmp / "config.yaml").write_text(config_text)
             # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
-            # the driver finds it to log the model to MLflow (a trial's own folder may be on
-            # another node, or in Ray's session folder).
-            # Linked, not copied, where the folder allows: the reporter copies what it keeps,
-            # this folder goes when it returns, and the bundle's files are replaced by a rename
-            # (save_bundle), never written through a link.
-            if best_dir is not None and best_dir.is_dir():
-                shutil.copytree(best_dir, tmp / "best", copy_function=_link_or_copy)
-        with phase("report"):
-            # The reporter persists the directory if it wants it.
+            # the driver logs it to MLflow. Linked, not copied, where the folder allows: the
+            # reporter copies what it keeps, and save_bundle replaces files by a rename, never
+            # writing through a link.
+            if out_dir is not None and (out_dir / "best").is_dir():
+                shutil.copytree(out_dir / "best", tmp / "best", copy_function=_link_or_copy)
+        with phase("report"):  # the reporter persists the folder if it wants it
             reporter({**m, "timings": phase.snapshot(train_s)}, str(tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
