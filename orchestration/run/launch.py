@@ -595,7 +595,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
              # fitting that an interrupted one, resumed, would redo).
              ("importance of the swept dimensions", lambda: status == "FINISHED" and log_importance(tracking, log)),
              ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
-             # [mlflow_extras] the best trial's bundle as an MLflow model (tracking.log_models):
+             # [mlflow_extras] the best trial's bundle as an MLflow model (mlflow_extras.log_models):
              # an upload through MLflow's own client; a failure costs the model only.
              ("log models", lambda: status == "FINISHED" and log_models(tracking, results, *models, log=log, runs=runs)),
              ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
