@@ -626,14 +626,12 @@ class SweepTracking:
 
     def close_open(self, reason: str) -> int:
         """Trials still running in the record, at the sweep's end: KILLED, with why."""
-        n = 0
-        for key, t in list(self.record.trials.items()):
-            if t["status"] == "RUNNING":
-                error = None if key in self.record.started else "the sweep ended before this trial did"
-                self.record.started.pop(key, None)
-                self._change(key, status="KILLED", reason=reason, error=error)
-                n += 1
-        return n
+        running = [key for key, t in self.record.trials.items() if t["status"] == "RUNNING"]
+        for key in running:
+            error = None if key in self.record.started else "the sweep ended before this trial did"
+            self.record.started.pop(key, None)
+            self._change(key, status="KILLED", reason=reason, error=error)
+        return len(running)
 
     # ------------------------------------------------------------------ the sync
 
