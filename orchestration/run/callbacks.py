@@ -4,10 +4,9 @@ from __future__ import annotations
 import math
 import re
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ray.tune import Callback
 
@@ -60,15 +59,11 @@ def error_line(trial) -> str:
     reason = failure(trial.last_result)
     if reason:
         return reason
-    text = ""
     path = getattr(trial, "error_file", None)
-    if path and Path(path).is_file():
-        text = Path(path).read_text(errors="replace")
+    text = Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if _ERROR_LINE.match(line):
-            return line
-    return lines[-1] if lines else "the trial failed (no error recorded)"
+    fallback = lines[-1] if lines else "the trial failed (no error recorded)"
+    return next((line for line in reversed(lines) if _ERROR_LINE.match(line)), fallback)
 
 
 class TrackingCallback(Callback):
@@ -106,9 +101,6 @@ class TrackingCallback(Callback):
 
     def __getstate__(self) -> dict:
         return {"tracking": self.tracking}
-
-    def _stopping(self) -> str | None:
-        return self.tracking.record.stop_reason
 
     def _stop(self, reason: str) -> None:
         """Stop the sweep as a Ctrl-C does (Tune saves it; `sweep resume` continues it)."""
@@ -158,20 +150,19 @@ class TrackingCallback(Callback):
         if key not in self.tracking.record.started and not trial.last_result:
             return  # stopped before it ever started (a pending trial at Ctrl-C)
         self.tracking.start_trial(trial.config, trial.trial_id)
-        done = bool(trial.last_result.get("done"))
-        reason = self._stopping()
+        reason, log = self.tracking.record.stop_reason, _train_log(trial)
         if failure(trial.last_result):  # ended itself on a deterministic error (trainable.py)
-            self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
-        elif reason is not None and not done:
-            self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
+            self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=log)
+        elif reason is not None and not trial.last_result.get("done"):
+            self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=log)
         else:
-            self.tracking.finish(trial.config, "FINISHED", train_log=_train_log(trial))
+            self.tracking.finish(trial.config, "FINISHED", train_log=log)
         keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         self._storage_full()
         self.tracking.start_trial(trial.config, trial.trial_id)
-        reason = self._stopping()
+        reason = self.tracking.record.stop_reason
         if reason is not None:  # the signal reached the trial's worker too
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
         else:
@@ -208,26 +199,21 @@ class ProgressPrinter(Callback):
     """A line per finished / stopped / failed trial and a status line at most every
     `interval_s`: trials running/finished/stopped/failed/pending, best so far, elapsed."""
 
-    def __init__(self, total: int, metric: str, mode: str, interval_s: float = 20.0,
-                 stream: TextIO | None = None, tracking: SweepTracking | None = None, upto: bool = False):
+    interval_s = 20.0
+
+    def __init__(self, total: int, metric: str, mode: str, tracking: SweepTracking | None = None,
+                 upto: bool = False):
         self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
         self.upto = upto  # adaptive seeds: `total` is the most it may run, not a plan
         self.metric = metric
         self.mode = mode
-        self.interval_s = interval_s
-        self._stream = stream
         self._t0 = time.monotonic()
         self._last = 0.0
         self._stopped: set[str] = set()
         self._interrupted: set[str] = set()
         self._started: set[str] = set()  # trials started, and completed, under this driver
         self._completed: set[str] = set()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_stream"] = None
-        return state
 
     def interrupted(self) -> bool:
         tracking = getattr(self, "tracking", None)
@@ -239,8 +225,7 @@ class ProgressPrinter(Callback):
         self._started, self._completed = set(), set()  # this driver's, also on a resume
 
     def _print(self, text: str) -> None:
-        stream = self._stream or sys.stdout
-        print(f"[{_clock(time.monotonic() - self._t0)}] {text}", file=stream, flush=True)
+        print(f"[{_clock(time.monotonic() - self._t0)}] {text}", flush=True)
 
     def _best(self, trials: list) -> str:
         scored = [(t.last_result.get(self.metric), t) for t in trials

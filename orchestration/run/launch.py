@@ -30,7 +30,6 @@ from orchestration.track.tracking import RECORD_FILE, STORAGE_FULL, SweepTrackin
 
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
-DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
 IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
 # Each room's modules. A sweep folder saved before orchestration/ had rooms pickled its
 # searcher, scheduler and callbacks under the flat names (`orchestration.` + module), and a
@@ -74,18 +73,17 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     trials' machine and cache folder are the driver's), compute the frozen-layer cache once
     per distinct frozen setup (mtbert/train/frozen.py). Returns its seconds (setup_*_s),
     which the parent run records; a trial's figures never include them."""
-    from mtbert.config import build_config, flatten
+    from mtbert.config import build_config
     from mtbert.data.tokenize import prepare
     from mtbert.train.frozen import setup_signature
     from mtbert.train.loop import build_frozen_cache
+    from orchestration.track.mlflow_extras import data_signature
 
     seen, frozen_seen = set(), set()
     t0 = time.perf_counter()
     configs = []
     for trial in planner.fixed_trials():
-        flat = flatten(trial["config"])
-        signature = json.dumps({k: v for k, v in flat.items() if k.startswith(DATA_KEYS)},
-                               sort_keys=True, default=str)
+        signature = data_signature(trial["config"])
         cfg = build_config(trial["config"])
         configs.append(cfg)
         if signature not in seen:
@@ -121,8 +119,6 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     workers as py_modules, so a trial process imports the same code the driver validated.
     A driver running as a Ray job ships nothing: the job's runtime_env already carries the
     project and the working folder (jobs.py), and Ray refuses a second py_modules."""
-    import logging
-
     import ray
 
     from mtbert.config import import_plugins
@@ -184,14 +180,6 @@ def _check_local_resources(sweep: Sweep, address: str | None, num_cpus: int | No
                              "this machine has none (set resources.gpu: 0, or --address a cluster with GPUs)")
 
 
-def _check_nodes(configs: list[dict[str, Any]], storage_dir: Path) -> None:
-    """On a cluster every node must see the data, a local model and one shared Tune storage."""
-    from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
-
-    check_paths_on_nodes(input_paths(configs))
-    check_shared_storage(storage_dir)
-
-
 def _quiet_tune() -> None:
     # Our ProgressPrinter is the console output: Tune's own tables and banners go, and the
     # snapshot warning too (num_to_keep=1 forces a state snapshot per checkpoint, which is
@@ -200,8 +188,6 @@ def _quiet_tune() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # A failed trial is one line from ProgressPrinter (and its error tag in MLflow); Tune's
     # traceback of the same failure stays in the trial's error.txt.
-    import logging
-
     logging.getLogger("ray.tune.execution.tune_controller").setLevel(logging.CRITICAL)
     # A trial that fails for good (a non-finite loss, a bad config) ends itself with a report
     # that holds its reason and no figures (trainable.FAILED): Tune must take a report
@@ -304,8 +290,11 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     plugins = list(sweep.base.get("plugins") or [])
     local = _init_ray(address, num_cpus, plugins)
     _check_resources(sweep, local, log)
-    if not local:
-        _check_nodes([t["config"] for t in planner.fixed_trials()], storage_dir)
+    if not local:  # every node must see the data, a local model and one shared Tune storage
+        from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
+
+        check_paths_on_nodes(input_paths([t["config"] for t in planner.fixed_trials()]))
+        check_shared_storage(storage_dir)
 
     experiment = sweep.experiment
     commit = git_commit()
@@ -367,12 +356,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     return outcome
 
 
-def check_shared_storage_of(storage_dir: Path) -> None:
-    from orchestration.run.remote import check_shared_storage
-
-    check_shared_storage(storage_dir)
-
-
 def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
     """The sweep folder: a path, or a name under --storage (as `run` had it), else under runs/."""
     candidate = Path(path_or_name)
@@ -398,7 +381,9 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     state = json.loads((run_dir / STATE_FILE).read_text())
     check_tracking(state["tracking_uri"])
     if not _init_ray(address, num_cpus, state.get("plugins", [])):
-        check_shared_storage_of(run_dir.parent)
+        from orchestration.run.remote import check_shared_storage
+
+        check_shared_storage(run_dir.parent)
     tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
                              state["sweep"], state.get("git_commit"), state_dir=run_dir,
                              outage_s=float(state.get("outage_s", 180.0)), run_name=run_dir.name)
@@ -610,7 +595,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
              # fitting that an interrupted one, resumed, would redo).
              ("importance of the swept dimensions", lambda: status == "FINISHED" and log_importance(tracking, log)),
              ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
-             # [mlflow_extras] the best trial's bundle as an MLflow model (tracking.log_models):
+             # [mlflow_extras] the best trial's bundle as an MLflow model (mlflow_extras.log_models):
              # an upload through MLflow's own client; a failure costs the model only.
              ("log models", lambda: status == "FINISHED" and log_models(tracking, results, *models, log=log, runs=runs)),
              ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
@@ -728,26 +713,21 @@ def _runs_view(sweep) -> dict:
 
 def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,
              status: str, t_start: float) -> SweepOutcome:
-    outcome = SweepOutcome(run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id,
-                           status, wall_s=time.perf_counter() - t_start, logging_s=tracking.logging_s,
-                           reads_s=tracking.sync_s, writer_cpu_s=tracking.record.syncer.busy_cpu_s,
-                           experiment_id=tracking.experiment_id)
     from orchestration.track.mlflow_extras import best_summary
 
-    children = tracking.children()
-    for run in children:
-        outcome.trials += 1
-        tags, metrics = run.data.tags, run.data.metrics
-        if run.info.status == "FAILED":
-            outcome.failed += 1
-        elif run.info.status == "FINISHED":
-            outcome.finished += 1
-            outcome.stopped_early += tags.get("stopped_early") == "true"
-        outcome.train_time_s += metrics.get("train_time_s", 0.0)
-    outcome.best = best_summary(children)
-    if results is not None:
-        outcome.trial_time_s = sum(float((r.metrics or {}).get("time_total_s", 0.0)) for r in results)
-    return outcome
+    # Timed before the closing read of the runs below.
+    timing = {"wall_s": time.perf_counter() - t_start, "logging_s": tracking.logging_s,
+              "reads_s": tracking.sync_s, "writer_cpu_s": tracking.record.syncer.busy_cpu_s}
+    runs = tracking.children()
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    return SweepOutcome(
+        run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id, status,
+        trials=len(runs), finished=len(finished), failed=sum(r.info.status == "FAILED" for r in runs),
+        stopped_early=sum(r.data.tags.get("stopped_early") == "true" for r in finished),
+        trial_time_s=0.0 if results is None else sum(float((r.metrics or {}).get("time_total_s", 0.0))
+                                                     for r in results),
+        train_time_s=sum(r.data.metrics.get("train_time_s", 0.0) for r in runs),
+        best=best_summary(runs), experiment_id=tracking.experiment_id, **timing)
 
 
 def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:

@@ -1,30 +1,17 @@
 """What makes a sweep's MLflow readable by a person, beyond params and metrics.
 
-- The experiment's kind: MLflow 3's UI opens an experiment on its GenAI overview ("Traces
-  0") unless the experiment tag `mlflow.experimentKind` says `custom_model_development`
-  (the values are the UI's ExperimentKind enum); with it, the runs table opens.
-- A saved runs-table view, "mtbert: scores", that the printed link opens: the sweep and seed
-  of each row, the objective, each task's score, tm_relative_score, time, size and memory, and
-  the swept keys' params as logged (a loss-weight mapping: one per task) as columns, best
-  first; its chart tab a parallel-coordinates chart of those params against the objective.
-  MLflow 3.17 keeps a saved view as an experiment tag `mlflow.sharedViewState.<key>` (its
-  "Save as new view"; the envelope and state keys are what its JS reads) and opens it from the
-  URL parameter `viewStateShareKey=<key>`.
-- The run's source (`mlflow.source.name` = the sweep file, the git commit) for the Source column.
-- Every trial's training and dev data as MLflow dataset inputs, the tokenization-cache key as
-  digest (the same key names the cached file under data.cache_dir), so the Dataset column
-  says which data a row was trained on; the data report (rows and bad-row summaries per
-  file) as an artifact and a `bad_rows` tag.
-- System metrics (CPU, memory, GPU when present) sampled in the trial process, logged per
-  epoch under MLflow's own `system/` names, so the run page's System metrics tab fills.
-- The model: the best trial's bundle (or every trial's, opt-in) logged to its child run as
-  an MLflow pyfunc model that takes text and returns each task's prediction, and registered
-  in the Model Registry when `tracking.register_model` names it.
+- The experiment's kind, so that MLflow 3's UI opens the runs table, not its GenAI overview.
+- A saved runs-table view, "mtbert: scores", that the printed link opens (runs_view).
+- The run's source (the sweep file, the git commit) for the Source column.
+- Every trial's training and dev data as MLflow dataset inputs, digested by the
+  tokenization-cache key (the Dataset column), the data report and a `bad_rows` tag.
+- System metrics (CPU, memory, GPU) of the trial process under MLflow's own `system/` names.
+- The model: the best trial's bundle (or every trial's, opt-in) logged to its child run as a
+  pyfunc model taking text, registered when `tracking.register_model` names it.
 
-Nothing here decides a figure; each piece is called from one marked line in tracking.py,
-trainable.py or launch.py; nothing here imports tracking.py. Run writes happen in the
-tracking's sync (tracking.py) except the model upload, which MLflow's own client makes at the
-sweep's end, guarded there.
+Nothing here decides a figure or imports tracking.py; each piece is called from one marked
+line in tracking.py, trainable.py or launch.py. Run writes happen in the tracking's sync,
+except the model upload, which MLflow's own client makes at the sweep's end.
 """
 from __future__ import annotations
 
@@ -37,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from mtbert.figures import in_view
 from orchestration.paths import fluent_tracking_uri
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -48,18 +36,20 @@ MODEL_NAME = "model"  # the logged model's name in its run
 # --------------------------------------------------------------------------- experiment, source
 
 def mark_experiment(client, experiment_id: str) -> None:
-    """Tag the experiment as model training unless someone already chose its kind."""
+    """Tag the experiment as model training unless someone already chose its kind: MLflow 3's
+    UI opens an experiment on its GenAI overview unless `mlflow.experimentKind` (the UI's
+    ExperimentKind enum) says otherwise."""
     experiment = client.get_experiment(experiment_id)
     if EXPERIMENT_KIND_TAG not in (experiment.tags or {}):
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
 
+# MLflow 3.17 keeps a saved view ("Save as new view") as an experiment tag
+# `mlflow.sharedViewState.<key>` and opens it from the URL parameter `viewStateShareKey=<key>`.
 VIEW_KEY = "mtbert"
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # MLflow 3.17's saved views (experiment tags)
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 VIEW_NAME = "mtbert: scores"
-# The figures declared `view` (mtbert/figures.py); each sweep adds its task scores.
-from mtbert.figures import in_view as _in_view  # noqa: E402 - kept beside the one name it feeds
-VIEW_FIGURES = _in_view()
+VIEW_FIGURES = in_view()  # the figures declared `view` (mtbert/figures.py); each sweep adds its task scores
 # Which sweep and which seed a row is: tags of every run (the sweep run's name, tracking.py).
 SWEEP_RUN_TAG = "sweep_run"
 VIEW_TAGS = [SWEEP_RUN_TAG, "seed"]
@@ -77,11 +67,10 @@ def swept_params(key: str, values: list[Any]) -> list[str]:
 def runs_view(objective: str, task_metrics: list[str], swept: list[str], ascending: bool = False,
               created_ms: int | None = None) -> str:
     """The tag value of the saved view: MLflow's envelope (name, createdAt, updatedAt, state),
-    `state` the JSON of the runs table's search facets and UI state it restores. Columns are
-    keyed as the UI keys them (tags.`name`, metrics.`name`, params.`name`, attributes.`Dataset`):
-    the sweep and seed of each row, the scores, the swept params as logged (`swept_params`).
-    Its chart tab opens on a parallel-coordinates chart of the swept params against the
-    objective."""
+    `state` the JSON of the runs table's UI state (the keys its JS reads). Columns, keyed as the
+    UI keys them (tags.`name`, metrics.`name`, ...): the sweep and seed of each row, the scores,
+    the swept params as logged (`swept_params`), best first. Its chart tab opens on a
+    parallel-coordinates chart of the swept params against the objective."""
     metrics = list(dict.fromkeys([objective, "overall", *task_metrics, *VIEW_FIGURES]))
     columns = ([f"tags.`{t}`" for t in VIEW_TAGS] + [f"metrics.`{m}`" for m in metrics]
                + [f"params.`{k}`" for k in swept]
@@ -135,19 +124,26 @@ def source_tags(sweep_file: str | None, commit: str | None) -> dict[str, str]:
 # --------------------------------------------------------------------------- data
 
 _DATA_MEMO: dict[str, dict] = {}
+DATA_KEYS = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
+
+
+def data_signature(config: dict[str, Any]) -> str:
+    """What a config's data setup is (tasks, files, tokenizer): configs alike here share it."""
+    from mtbert.config import flatten
+
+    return json.dumps({k: v for k, v in flatten(config).items() if k.startswith(DATA_KEYS)},
+                      sort_keys=True, default=str)
 
 
 def data_summary(config: dict[str, Any]) -> dict:
     """Per task and split: rows, source, tokenization-cache key; and the bad-row summaries.
     Memoized per data setup: the trials of a sweep share a handful."""
-    from mtbert.config import build_config, flatten
+    from mtbert.config import build_config
     from mtbert.data.readers import load_splits
     from mtbert.data.tokenize import cache_key, get_tokenizer, tokenizer_fingerprint
     from mtbert.tasks import get_task
 
-    data_keys = ("tasks", "data", "pairs", "model.name_or_path", "model.max_length")
-    signature = json.dumps({k: v for k, v in flatten(config).items() if k.startswith(data_keys)},
-                           sort_keys=True, default=str)
+    signature = data_signature(config)
     if signature in _DATA_MEMO:
         return _DATA_MEMO[signature]
     cfg = build_config(config)
@@ -189,11 +185,18 @@ def data_report(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def log_data(client, run_id: str, config: dict[str, Any]) -> None:
-    """Dataset inputs (train: context training, dev: eval), the data report, a bad_rows tag."""
+def describe_run(client, run_id: str, config: dict[str, Any]) -> None:
+    """The run's data, once per run (tracking.py's sync): dataset inputs (train: context
+    training, dev: eval), the data report, a bad_rows tag. Reading the data failing costs the
+    run its description only (noted on it); the store failing raises, so the sync is retried
+    like any other."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
-    summary = data_summary(config)
+    try:
+        summary = data_summary(config)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        client.set_tag(run_id, "data_report_error", f"{type(exc).__name__}: {exc}"[:500])
+        return
     inputs = []
     for d in summary["datasets"]:
         source_type = "local" if "uri" in d["source"] else "code"
@@ -206,18 +209,6 @@ def log_data(client, run_id: str, config: dict[str, Any]) -> None:
     client.set_tag(run_id, "bad_rows", str(summary["bad_total"]))
 
 
-def describe_run(client, run_id: str, config: dict[str, Any]) -> None:
-    """The run's data, once per run (tracking.py's sync). Reading the data failing costs the
-    run its description only (noted on it); the store failing raises, so the sync is retried
-    like any other."""
-    try:
-        data_summary(config)
-    except Exception as exc:  # noqa: BLE001 - see the docstring
-        client.set_tag(run_id, "data_report_error", f"{type(exc).__name__}: {exc}"[:500])
-        return
-    log_data(client, run_id, config)
-
-
 # --------------------------------------------------------------------------- system metrics
 
 class SystemSampler:
@@ -225,33 +216,28 @@ class SystemSampler:
     torch (no psutil needed), named as MLflow's own system metrics."""
 
     def __init__(self):
-        self._wall = time.monotonic()
-        self._cpu = self._process_cpu()
-        self._stat = self._proc_stat()
+        self._last = self._clocks()
 
     @staticmethod
-    def _process_cpu() -> float:
+    def _clocks() -> tuple[float, float, tuple[int, int] | None]:
+        """(wall clock, this process's CPU seconds, the machine's (all, idle) CPU ticks)."""
         t = os.times()
-        return t.user + t.system
-
-    @staticmethod
-    def _proc_stat() -> tuple[int, int] | None:
         try:
             fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+            ticks = (sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0))
         except (OSError, ValueError, IndexError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields), idle
+            ticks = None
+        return time.monotonic(), t.user + t.system, ticks
 
     def sample(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        wall, cpu, stat = time.monotonic(), self._process_cpu(), self._proc_stat()
-        if wall > self._wall:
-            out["process_cpu_utilization_percentage"] = 100.0 * (cpu - self._cpu) / (wall - self._wall)
-        if stat and self._stat and stat[0] > self._stat[0]:
-            busy = (stat[0] - self._stat[0]) - (stat[1] - self._stat[1])
-            out["cpu_utilization_percentage"] = 100.0 * busy / (stat[0] - self._stat[0])
-        self._wall, self._cpu, self._stat = wall, cpu, stat
+        (wall0, cpu0, ticks0), (wall, cpu, ticks) = self._last, self._clocks()
+        if wall > wall0:
+            out["process_cpu_utilization_percentage"] = 100.0 * (cpu - cpu0) / (wall - wall0)
+        if ticks and ticks0 and ticks[0] > ticks0[0]:
+            busy = (ticks[0] - ticks0[0]) - (ticks[1] - ticks0[1])
+            out["cpu_utilization_percentage"] = 100.0 * busy / (ticks[0] - ticks0[0])
+        self._last = (wall, cpu, ticks)
         try:
             info = {line.split(":")[0]: int(line.split()[1]) for line in
                     Path("/proc/meminfo").read_text().splitlines() if line.split()[1:2]}
@@ -330,15 +316,15 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
     returns the model URI. The run keeps its status and end time. A slim bundle is logged
     self-contained (mtbert/bundle.py): a logged model is what leaves the machine, to places
     where the pretrained model it names may not be."""
+    import logging
+    import shutil
+    import warnings
+
     import mlflow
     from mlflow.tracking import MlflowClient
 
     import mtbert
     from mtbert.bundle import is_slim, make_self_contained
-
-    import logging
-    import shutil
-    import warnings
 
     client = MlflowClient(uri)
     before = client.get_run(run_id).info
@@ -382,13 +368,6 @@ def _requirements() -> list[str]:
     return out
 
 
-def bundle_dir_of(checkpoint_dir: str | Path) -> Path | None:
-    """The best epoch's bundle inside a trial's checkpoint (train() puts it there; the trial's
-    output/best links to it once the trial ends)."""
-    path = Path(checkpoint_dir) / "best"
-    return path if (path / "model.pt").is_file() else None
-
-
 def best_configuration(runs: list) -> list:
     """The finished runs of the configuration (tag `variant`: one configuration's seeds) with
     the best mean `overall` over its seeds, its best seed first; [] when none finished.
@@ -429,11 +408,8 @@ def log_models(tracking, results, which: str, register_as: str | None,
     `runs`: the sweep's child runs as the driver last read them (else read here)."""
     if which == "none" or results is None:
         return []
-    by_key = {}
-    for result in results:
-        key = (result.config or {}).get("key")
-        if key and result.checkpoint is not None:
-            by_key[key] = result.checkpoint
+    by_key = {r.config["key"]: r.checkpoint for r in results
+              if (r.config or {}).get("key") and r.checkpoint is not None}
     runs = tracking.children() if runs is None else runs
     best = best_configuration(runs)[:1]  # first: the registry gets it, and only it
     if which == "all":
@@ -446,8 +422,8 @@ def log_models(tracking, results, which: str, register_as: str | None,
         if checkpoint is None or run.data.tags.get("model_uri"):  # a resumed sweep logs once
             continue
         with checkpoint.as_directory() as folder:
-            bundle = bundle_dir_of(folder)
-            if bundle is None:
+            bundle = Path(folder) / "best"  # the best epoch's bundle, as train() leaves it
+            if not (bundle / "model.pt").is_file():
                 continue
             name = register_as if run is runs[0] else None  # the registry gets the best only
             model_uri = log_bundle(tracking.uri, run.info.run_id, bundle, name)
@@ -456,13 +432,6 @@ def log_models(tracking, results, which: str, register_as: str | None,
         log(f"model: {key} logged to its run as {model_uri}"
             + (f", registered as '{register_as}'" if name else ""))
     return done
-
-
-def bundle_size_mb(bundle_dir: str | Path) -> float:
-    return sum(p.stat().st_size for p in Path(bundle_dir).rglob("*") if p.is_file()) / 2**20
-
-
-__all__ = ["mark_experiment", "source_tags", "log_data", "SystemSampler", "log_models", "log_bundle"]
 
 
 def ui_link(base: str, experiment_id: str) -> str:

@@ -101,8 +101,8 @@ def check_tracking(uri: str) -> None:
         if reply.status_code != 200:
             raise TrackingUnavailable(f"tracking server {uri} answered HTTP {reply.status_code} on /health; "
                                       "is it an MLflow server?")
-    elif sqlite_path(uri) is not None:
-        folder = Path(sqlite_path(uri)).parent
+    elif (db := sqlite_path(uri)) is not None:
+        folder = Path(db).parent
         if not folder.is_dir():
             raise TrackingUnavailable(f"tracking store {uri}: folder {folder} does not exist")
     from mlflow.tracking import MlflowClient
@@ -133,31 +133,23 @@ def _schema_lock(uri: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def git_commit(cwd: Path | None = None) -> str | None:
+def git_commit() -> str | None:
     """The commit of the code that runs the sweep (this package's checkout), if it is one."""
-    cwd = cwd or Path(__file__).resolve().parents[2]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
+                             capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def epoch_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The training figures of one Tune report (Tune's bookkeeping keys dropped)."""
-    out = {}
-    for key, value in result.items():
-        number = _number(value)
-        if key not in TUNE_KEYS and number is not None:
-            out[key] = number
-    return out
+    return {k: float(v) for k, v in result.items() if k not in TUNE_KEYS and _is_number(v)}
 
 
 def final_figures(history: dict[int, dict[str, float]], metric_names: list[str] | None = None) -> dict[str, float]:
@@ -291,25 +283,30 @@ class SweepRecord:
     def unsynced(self) -> list[str]:
         """Records whose run lags behind them (what a sync would still send)."""
         with self.lock:
-            out = [PARENT] if _parent_lag(self.parent) else []
+            p, sent = self.parent, self.parent["sent"]
+            parent_lags = (any(_unsent(sent, p["tags"], p["metrics"])) or bool(_unsent_texts(sent, p["texts"]))
+                           or (p["describe"] is not None and not sent.get("described"))
+                           or sent.get("status") != p["status"])
+            out = [PARENT] if parent_lags else []
             for key, t in self.trials.items():
                 sent = t["sent"]
                 tags, metrics, result = self.view(key)
                 if (not sent.get("based") or max(t["epochs"], default=0) > sent["cursor"]
-                        or any(sent["tags"].get(k) != v for k, v in tags.items())
-                        or any(not _same(sent["metrics"].get(k), v) for k, v in metrics.items())
+                        or any(_unsent(sent, tags, metrics))
                         or (t["status"] != "RUNNING" and sent.get("files") != _digest(result, t["log"]))
                         or sent.get("status") != t["status"]):
                     out.append(key)
             return out
 
 
-def _parent_lag(p: dict) -> bool:
-    sent = p["sent"]
-    return (any(sent["tags"].get(k) != v for k, v in p["tags"].items())
-            or any(not _same(sent["metrics"].get(k), v) for k, v in p["metrics"].items())
-            or any(sent["texts"].get(n) != _digest(t) for n, t in p["texts"].items())
-            or (p["describe"] is not None and not sent.get("described")) or sent.get("status") != p["status"])
+def _unsent(sent: dict, tags: dict[str, str], metrics: dict[str, float]) -> tuple[dict, dict]:
+    """The tags and metrics that differ from what the run was last sent."""
+    return ({k: v for k, v in tags.items() if sent["tags"].get(k) != v},
+            {k: v for k, v in metrics.items() if not _same(sent["metrics"].get(k), v)})
+
+
+def _unsent_texts(sent: dict, texts: dict[str, str]) -> dict[str, str]:
+    return {name: text for name, text in texts.items() if sent["texts"].get(name) != _digest(text)}
 
 
 def _digest(*parts: Any) -> str:
@@ -320,8 +317,8 @@ class _Syncer:
     """One background thread that syncs the records marked dirty, in the order first marked,
     retrying with backoff while the store is away (trials keep training meanwhile)."""
 
-    def __init__(self, sync: Callable[[str], None], outage_s: float = 180.0, warn: Callable[[str], None] = print):
-        self._sync, self.outage_s, self._warn = sync, outage_s, warn
+    def __init__(self, sync: Callable[[str], None], outage_s: float = 180.0):
+        self._sync, self.outage_s = sync, outage_s
         self._dirty: dict[str, None] = {}
         self._busy: str | None = None
         self._cond = threading.Condition()
@@ -333,10 +330,6 @@ class _Syncer:
         # Of which the thread's own CPU: the rest is waiting, on the store (a server's round
         # trips, sqlite's fsync) or on the GIL while the driver's other threads run.
         self.busy_cpu_s = 0.0
-
-    @property
-    def pending(self) -> int:
-        return len(self._dirty) + (self._busy is not None)
 
     def mark(self, *keys: str) -> None:
         with self._cond:
@@ -399,7 +392,7 @@ class _Syncer:
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 if failed is not None:
-                    self._warn(f"warning: MLflow refused a write for {key}: {_reason(failed)}")
+                    print(f"warning: MLflow refused a write for {key}: {_reason(failed)}")
                 self.outage_since, backoff = None, FIRST_BACKOFF_S
                 self._cond.notify_all()
 
@@ -601,7 +594,7 @@ class SweepTracking:
         entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
         summary = result.get(SUMMARY_KEY)
         if isinstance(summary, dict):  # train()'s own word on its epochs so far
-            entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _number(v) is not None}
+            entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _is_number(v)}
         node = {k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip")) if result.get(r)}
         if any(self.record.of(key)["tags"].get(k) != v for k, v in node.items()):
             entry["set"]["tags"] = node
@@ -633,14 +626,12 @@ class SweepTracking:
 
     def close_open(self, reason: str) -> int:
         """Trials still running in the record, at the sweep's end: KILLED, with why."""
-        n = 0
-        for key, t in list(self.record.trials.items()):
-            if t["status"] == "RUNNING":
-                error = None if key in self.record.started else "the sweep ended before this trial did"
-                self.record.started.pop(key, None)
-                self._change(key, status="KILLED", reason=reason, error=error)
-                n += 1
-        return n
+        running = [key for key, t in self.record.trials.items() if t["status"] == "RUNNING"]
+        for key in running:
+            error = None if key in self.record.started else "the sweep ended before this trial did"
+            self.record.started.pop(key, None)
+            self._change(key, status="KILLED", reason=reason, error=error)
+        return len(running)
 
     # ------------------------------------------------------------------ the sync
 
@@ -678,8 +669,7 @@ class SweepTracking:
         # [mlflow_extras] system/* keep MLflow's names (the run's System metrics tab)
         batch = [[k if k.startswith(mlflow_extras.SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
                  for n, m in sorted(epochs.items()) for k, v in m.items()]
-        new_metrics = {k: v for k, v in metrics.items() if not _same(sent["metrics"].get(k), v)}
-        new_tags = {k: v for k, v in tags.items() if sent["tags"].get(k) != v}
+        new_tags, new_metrics = _unsent(sent, tags, metrics)
         # Epochs and the end in calls of their own, however the changes fell between syncs:
         # a trial's call count depends on its record only (mlflow_calls.json).
         ending = status != "RUNNING"
@@ -693,10 +683,7 @@ class SweepTracking:
             if log and Path(log).is_file():
                 client.log_artifact(run_id, log)
         if status != sent.get("status"):
-            if status == "RUNNING":
-                client.update_run(run_id, status="RUNNING")
-            else:
-                client.set_terminated(run_id, status=status)
+            _set_status(client, run_id, status)
         with record.lock:  # an epoch run again during this sync is sent by the next one
             lowered = t["sent"]["cursor"] if t["sent"]["cursor"] < sent["cursor"] else math.inf
             cursor = min(max(epochs, default=sent["cursor"]), lowered,
@@ -713,9 +700,9 @@ class SweepTracking:
         whose answer was lost), else created with its tags."""
         record = self.record
         if not record.fresh or key in record.tried:
-            found = self._find_child(key)
-            if found is not None:  # what it holds is unknown: its tags and status are sent again
-                return {"run": found.info.run_id, "tags": {}, "status": None, "params": list(found.data.params)}
+            found = self.children(key)
+            if found:  # what it holds is unknown: its tags and status are sent again
+                return {"run": found[0].info.run_id, "tags": {}, "status": None, "params": list(found[0].data.params)}
         record.tried.add(key)
         run = self.client.create_run(self.experiment_id, run_name=key, tags=tags)
         return {"run": run.info.run_id, "tags": tags, "status": "RUNNING"}
@@ -725,9 +712,8 @@ class SweepTracking:
         with record.lock:
             p = record.parent
             sent = {k: dict(v) if isinstance(v, dict) else v for k, v in p["sent"].items()}
-            tags = {k: v for k, v in p["tags"].items() if sent["tags"].get(k) != v}
-            metrics = {k: v for k, v in p["metrics"].items() if not _same(sent["metrics"].get(k), v)}
-            texts = {n: t for n, t in p["texts"].items() if sent["texts"].get(n) != _digest(t)}
+            tags, metrics = _unsent(sent, p["tags"], p["metrics"])
+            texts = _unsent_texts(sent, p["texts"])
             describe, status = p["describe"], p["status"]
         now = int(time.time() * SECONDS)
         _log_batch(client, run_id, [[k, v, now, 0] for k, v in metrics.items()], sorted(tags.items()), [])
@@ -738,31 +724,21 @@ class SweepTracking:
             mlflow_extras.describe_run(client, run_id, describe)  # [mlflow_extras] dataset inputs, data report
             done["described"] = True
         if status != sent.get("status"):
-            if status == "RUNNING":
-                client.update_run(run_id, status="RUNNING")
-            else:
-                client.set_terminated(run_id, status=status)
+            _set_status(client, run_id, status)
             done["status"] = status
         record.change({"k": PARENT, "sent": done})
 
     # ------------------------------------------------------------------ reads
 
-    def _find_child(self, key: str):
+    def children(self, key: str | None = None) -> list:
+        """Every child run of the sweep, one paged search (the sweep's end, never per trial);
+        with `key`, that trial's run (a resumed trial's)."""
         t0 = time.perf_counter()
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and tags.trial_key = '{key}'",
-            max_results=5)
-        self.sync_s += time.perf_counter() - t0
-        return runs[0] if runs else None
-
-    def children(self) -> list:
-        """Every child run of the sweep: one paged search (the sweep's end, never per trial)."""
-        t0 = time.perf_counter()
+        where = f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'" + (f" and tags.trial_key = '{key}'" if key else "")
         out, token = [], None
         while True:
-            page = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = "
-                                           f"'{self.parent_run_id}'", max_results=PAGE, page_token=token)
+            page = self.client.search_runs([self.experiment_id], filter_string=where, max_results=PAGE,
+                                           page_token=token)
             out.extend(page)
             token = page.token
             if not token:
@@ -797,6 +773,13 @@ def tm_scores(trial: dict[str, float], reference: dict[str, float], ref_name: st
     if compute is not None:
         out["tm_relative_score_compute"] = compute
     return out
+
+
+def _set_status(client, run_id: str, status: str) -> None:
+    if status == "RUNNING":
+        client.update_run(run_id, status="RUNNING")
+    else:
+        client.set_terminated(run_id, status=status)
 
 
 def _same(a: float | None, b: float) -> bool:
