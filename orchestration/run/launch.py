@@ -567,12 +567,15 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     from orchestration.track.mlflow_extras import log_models
 
     record = tracking.record
-    record.closing = True
     if results is not None:
         _settle(tracking, results)
     closed = tracking.close_open(record.stop_reason or "sweep ended")
     if closed and record.stop_reason is None:
         log(f"closed {closed} unfinished trial run(s) as KILLED")
+    # The last trials' own syncs first, counted as theirs (mlflow_calls.json); bounded, since
+    # the store may be away (the flush below rides that out). Then the sweep's closing pass.
+    tracking.flush(timeout=10.0)
+    record.closing = True
     tracking.resync()
     if not tracking.flush():
         tracking.end_parent("KILLED")
