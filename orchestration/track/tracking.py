@@ -442,6 +442,9 @@ class SweepTracking:
         self.outage_s = outage_s
         self.fresh = fresh
         self.sync_s = 0.0  # driver time in reads (searches)
+        # The sweep's source (file, commit), set by start(): every trial run gets it too. An
+        # attribute of __init__, so that Tune's restored copy (__setstate__) keeps it.
+        self.source_tags: dict[str, str] = {}
         self._client = None
         self._record: SweepRecord | None = None
 
@@ -540,7 +543,7 @@ class SweepTracking:
         run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})
         tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
                        run_name=run_name)
-        tracking.source_tags = source  # every trial run gets them too (pickled with the tracking)
+        tracking.source_tags = source
         sent = {"tags": {**all_tags, **source}, "status": "RUNNING"}
         tracking.record.change({"k": PARENT, "set": {"tags": sent["tags"]}, "sent": sent})
         return tracking
@@ -583,7 +586,7 @@ class SweepTracking:
             tags["git_commit"] = self.commit
         if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points
             tags[STANDS_FOR] = ",".join(trial_config[STANDS_FOR])
-        tags.update(getattr(self, "source_tags", {}))  # [mlflow_extras] the sweep's source on the run
+        tags.update(self.source_tags)  # [mlflow_extras] the sweep's source on the run
         self._change(key, config=trial_config, tags=tags, status="RUNNING", reason=None, error=None)
 
     def log_epoch(self, key: str, result: dict[str, Any]) -> dict[str, float]:

@@ -14,7 +14,9 @@ SHORT = {"sampling.strategy": "tuple", "sampling.steps_per_epoch": 60, "train.ep
 
 # Cross-encoded pairs learn slowly on a random-init encoder (token matching across the two
 # sentences must be learned first), so the cascade family, which needs cross, is held to
-# beating chance on the sentence task and overall.
+# beating chance on the sentence task and overall, after 400 steps: at 200, 2 and 3 of 8 seeds
+# fell under the bar (overall 0.25-0.27) with two dropout implementations; at 400 every seed
+# cleared it (0.33-0.42).
 CROSS_BAR = {"overall": 0.28, "sst_acc": 0.3}
 
 
@@ -23,7 +25,7 @@ CROSS_BAR = {"overall": 0.28, "sst_acc": 0.3}
     {"sharing.head_regime": "I-S-S", "sharing.head_share_tasks": ["para", "sts"]},
     {"sharing.encoder_shared_layers": 0},
     {"sharing.cascade": "sst>para>sts", "pairs.encoding": "cross", "heads.pooled_layernorm": True,
-     "heads.task_dropout": {"para": 0.3}, "sampling.steps_per_epoch": 100, "optim.lr": 1e-3},
+     "heads.task_dropout": {"para": 0.3}, "sampling.steps_per_epoch": 200, "optim.lr": 1e-3},
     {"sharing.pal_size": 16},
     {"loss.pcgrad": True},
     {"loss.smart": {"weight": 0.3, "steps": 1}},

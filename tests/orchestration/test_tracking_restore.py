@@ -27,3 +27,11 @@ def test_a_restored_copy_writes_where_the_driver_reads(tmp_path):
         assert not (tmp_path / "there").exists()
     finally:
         driver.release()
+
+
+def test_a_restored_copy_keeps_the_sweeps_source_tags(tmp_path):
+    saved = SweepTracking(f"sqlite:///{tmp_path / 'mlflow.db'}", "1", "parent", "sweep", state_dir=tmp_path)
+    saved.source_tags = {"mlflow.source.name": "sweeps/smoke.yaml"}  # as start() sets them
+    copy = pickle.loads(pickle.dumps(saved))
+    # Trial runs created after `sweep resume` carry them as the first ones did.
+    assert copy.source_tags == {"mlflow.source.name": "sweeps/smoke.yaml"}
