@@ -14,12 +14,11 @@ through a Registry, and the components' code (torch) never imports the config.
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from mtbert.errors import ConfigError
+from mtbert.errors import ConfigError, did_you_mean
 
 
 @dataclass
@@ -69,9 +68,8 @@ class Registry(dict):
         self.load()
         if isinstance(name, str) and name in self:
             return self[name]
-        close = difflib.get_close_matches(str(name), self, n=1, cutoff=0.5)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{key}: unknown {self.what} '{name}'{hint}; known: {', '.join(self)}")
+        raise ConfigError(f"{key}: unknown {self.what} '{name}'{did_you_mean(name, self, cutoff=0.5)}; "
+                          f"known: {', '.join(self)}")
 
     def settings_of(self, name: str) -> type[Settings]:
         return getattr(self[name], "Settings", Settings)

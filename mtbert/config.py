@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import importlib
 import logging
@@ -29,7 +28,7 @@ import yaml
 
 from mtbert.components import SAMPLERS, WEIGHTINGS, Registry, Settings
 from mtbert.data.samplers import SamplingConfig
-from mtbert.errors import ConfigError
+from mtbert.errors import ConfigError, did_you_mean
 from mtbert.model.sharing import SharingConfig, check_heads
 
 
@@ -364,11 +363,6 @@ def _type_name(tp) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
-def _did_you_mean(word, options, prefix: str = "") -> str:
-    close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.5)
-    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-
-
 def _registry(tp) -> Registry | None:
     return next((m for m in typing.get_args(tp)[1:] if isinstance(m, Registry)), None)
 
@@ -391,7 +385,7 @@ def _build(tp, value: Any, path: str):
         for key, sub in value.items():
             sub_path = f"{path}.{key}" if path else str(key)
             if key not in names:
-                hint = _did_you_mean(key, names, f"{path}." if path else "")
+                hint = did_you_mean(key, names, f"{path}." if path else "", cutoff=0.5)
                 raise ConfigError(f"{sub_path}: unknown key{hint}")
             kwargs[key] = _build(hints[key], sub, sub_path)
         return tp(**kwargs)
@@ -465,7 +459,7 @@ def _build_component(registry: Registry, value: Any, path: str) -> Settings:
     own = [f.name for f in dataclasses.fields(settings) if f.name != "name"]
     for key in value:
         if key != "name" and key not in own:
-            hint = _did_you_mean(key, own, f"{path}.")
+            hint = did_you_mean(key, own, f"{path}.", cutoff=0.5)
             has = f"its settings: {', '.join(own)}" if own else "it has none"
             raise ConfigError(f"{path}.{key}: not a setting of {registry.what} {name}{hint}; {has}")
     return _build(settings, value, path)
@@ -709,7 +703,7 @@ def _move_old_settings(registry: Registry, name: str, block: dict, key: str, par
 def _check_task_key(key: str, task: str, tasks: list[str]) -> None:
     """A mapping keyed by task name: a key that is not a configured task would be ignored."""
     if task not in tasks:
-        raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{_did_you_mean(task, tasks)}")
+        raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{did_you_mean(task, tasks, cutoff=0.5)}")
 
 
 def validate(cfg: Config) -> None:
@@ -720,7 +714,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tasks: at least one task is needed")
     for i, t in enumerate(cfg.tasks):
         if t not in TASKS:
-            raise ConfigError(f"tasks[{i}]: unknown task '{t}'{_did_you_mean(t, list(TASKS))}; "
+            raise ConfigError(f"tasks[{i}]: unknown task '{t}'{did_you_mean(t, TASKS, cutoff=0.5)}; "
                               f"known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")

@@ -1,5 +1,16 @@
 """Errors the command line turns into one line. Here, not in train/loop.py, so that catching
 them does not import torch and transformers (seconds on every `mtbert` command)."""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(word, options: Iterable[str], prefix: str = "", cutoff: float = 0.6) -> str:
+    """The hint every unknown-name error ends with: " (did you mean 'X'?)" for the option
+    closest to `word` (`prefix` before it), or "" when none is close enough."""
+    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=cutoff)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
 class TrainingError(RuntimeError):

@@ -22,11 +22,12 @@ because they are figures of a run like any other, though the sweep computes them
 """
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from mtbert.errors import did_you_mean
 
 # The report key under which train() hands over its summary of the epochs so far.
 SUMMARY_KEY = "summary"
@@ -134,9 +135,7 @@ def get(name: str) -> Figure:
                 if name in f.named([task]):
                     return replace(f, name=name)
     known = names(lambda f: True, list(TASKS))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise KeyError(f"figure '{name}' is not declared{hint}: declare it in mtbert/figures.py")
+    raise KeyError(f"figure '{name}' is not declared{did_you_mean(name, known)}: declare it in mtbert/figures.py")
 
 
 def names(where: Callable[[Figure], bool], tasks: Iterable[str] = (), metrics: Iterable[str] | None = None

@@ -5,7 +5,6 @@ Adding a task is one `register_task(TaskSpec(...))` call plus its data in the co
 """
 from __future__ import annotations
 
-import difflib
 import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import torch
 
+from mtbert.errors import did_you_mean
 from mtbert.train.metrics import accuracy, pearson
 
 Kind = Literal["multiclass", "binary", "regression"]
@@ -102,9 +102,8 @@ def register_task(spec: TaskSpec) -> TaskSpec:
     if not isinstance(spec.name, str) or not spec.name.isidentifier():
         raise ValueError(f"{where}: name must be an identifier (it is a config key and an MLflow name)")
     if spec.kind not in KINDS:
-        close = difflib.get_close_matches(str(spec.kind), KINDS, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"{where}: unknown kind {spec.kind!r}{hint}; expected one of {', '.join(KINDS)}")
+        raise ValueError(f"{where}: unknown kind {spec.kind!r}{did_you_mean(spec.kind, KINDS)}; "
+                         f"expected one of {', '.join(KINDS)}")
     if spec.kind == "multiclass" and (not isinstance(spec.num_classes, int) or spec.num_classes < 2):
         raise ValueError(f"{where}: multiclass needs num_classes >= 2, got {spec.num_classes!r}")
     if spec.kind == "regression":
@@ -124,9 +123,7 @@ def get_task(name: str) -> TaskSpec:
     try:
         return TASKS[name]
     except KeyError:
-        close = difflib.get_close_matches(name, TASKS, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise KeyError(f"unknown task '{name}'{hint}; known tasks: {', '.join(TASKS)}") from None
+        raise KeyError(f"unknown task '{name}'{did_you_mean(name, TASKS)}; known tasks: {', '.join(TASKS)}") from None
 
 
 register_task(TaskSpec(

@@ -14,13 +14,13 @@ whose configurations are known before any trial runs, each side must select exac
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
 
 RELATIONS = (">", "<", "≈")
@@ -181,7 +181,7 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
             raise SweepError(f"{at}: expected a mapping with {', '.join(REQUIRED)}, got {item!r}")
         for key in item:
             if key not in FIELDS:
-                raise SweepError(f"{at}.{key}: unknown key{_closest(str(key), FIELDS, cutoff=0.5)}")
+                raise SweepError(f"{at}.{key}: unknown key{did_you_mean(key, FIELDS, cutoff=0.5)}")
         for key in REQUIRED:
             if key not in item:
                 raise SweepError(f"{at}.{key}: required")
@@ -213,10 +213,6 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
 
 # --------------------------------------------------------------------------- checking
 
-def _closest(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
 
 def _config_keys(configs: list[Configuration]) -> set[str]:
     """Selectable keys: every flattened key, and each mapping key above them (loss.weights)."""
@@ -241,12 +237,12 @@ def check_claims(claims: list[Claim], configs: list[Configuration], tasks: list[
         at = _where(where, i, claim.name)
         if claim.metric not in metrics:
             raise SweepError(f"{at}.metric: '{claim.metric}' is not a figure the trials log"
-                             f"{_closest(claim.metric, metrics)}; logged: {', '.join(sorted(metrics))}")
+                             f"{did_you_mean(claim.metric, metrics)}; logged: {', '.join(sorted(metrics))}")
         picked = []
         for side, selector in (("a", claim.a), ("b", claim.b)):
             for key in selector:
                 if key not in SPECIAL and key not in keys:
-                    raise SweepError(f"{at}.{side}.{key}: not a config key{_closest(key, keys)}")
+                    raise SweepError(f"{at}.{side}.{key}: not a config key{did_you_mean(key, keys)}")
             hits = pick(configs, selector)
             if not known_points and not (selector.get("role") in ("baseline", "reference")):
                 continue

@@ -13,14 +13,14 @@ Most dimensions set one config key, their own `key`. A `points` dimension sets s
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ray import tune
 
+from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
 
 SIMPLEX_SUM_TOLERANCE = 5e-3  # explicit weightings may be written rounded: 0.333 for 1/3
@@ -30,9 +30,6 @@ SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay re
 POINTS_TAG = "space_points"
 
 
-def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=cutoff)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _index_domain(n: int, grid: bool) -> Any:
@@ -285,11 +282,11 @@ def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) ->
     kind = raw.get("type")
     if kind not in _FIELDS:
         raise SweepError(f"{where}.type: expected one of {', '.join(_FIELDS)}; got {kind!r}"
-                         f"{did_you_mean(str(kind), _FIELDS)}")
+                         f"{did_you_mean(kind, _FIELDS)}")
     for name in raw:
         if name not in _FIELDS[kind]:
             raise SweepError(f"{where}.{name}: unknown key for type {kind}"
-                             f"{did_you_mean(str(name), _FIELDS[kind], cutoff=0.5)}")
+                             f"{did_you_mean(name, _FIELDS[kind], cutoff=0.5)}")
 
     if kind in ("grid", "choice"):
         values = raw.get("values")

@@ -25,7 +25,8 @@ from mtbert.config import (Config, ConfigError, coerce, build_config, parse_over
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
-from orchestration.sweep.space import Dimension, Points, did_you_mean, dotted, parse_dimension, values_of
+from mtbert.errors import did_you_mean
+from orchestration.sweep.space import Dimension, Points, dotted, parse_dimension, values_of
 
 
 # --------------------------------------------------------------------------- schema
