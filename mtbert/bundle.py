@@ -145,7 +145,6 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
     other files (config, tokenizer, architecture, frozen reference) no epoch changes, so
     model.pt alone is rewritten (the training loop saves a bundle at every new best epoch)."""
     from mtbert.config import to_dict
-
     from mtbert.data.tokenize import pad_token_id
 
     path = Path(path)

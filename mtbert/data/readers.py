@@ -33,8 +33,9 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
     """Read one file of `task` examples.
 
     fmt: "cs224n" (tab-separated, header with an empty first field; the task's CS224N column
-    names, or `columns` for a task without them), "csv" (comma, CSV quoting), "tsv" (tab, no quoting) or "jsonl" (one object per
-    line); those three take their columns from `columns`, by default the task's CS224N names.
+    names, or `columns` for a task without them), "csv" (comma, CSV quoting), "tsv" (tab, no
+    quoting) or "jsonl" (one object per line); those three take their columns from `columns`,
+    by default the task's CS224N names.
     "auto" picks by extension (detect_format). Each example's id is the `columns.id` column,
     else an `id` column when the file has one, else its row number. With labels_required=False
     (a test split) the label may be absent; such examples carry label None.

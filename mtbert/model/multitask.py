@@ -344,13 +344,13 @@ class MultitaskModel(nn.Module):
             return pad(fn(h[rows.start:rows.stop, :width], mask2[rows.start:rows.stop, :width], list(rows)), width)
         # One gather into bucket order, then contiguous pieces: gathering each bucket on its
         # own made its backward scatter into a zero tensor the size of all of h, per bucket.
-        order = [r for bucket, _ in buckets for r in bucket]
-        hs = h[torch.tensor(order, device=h.device)].split([len(b) for b, _ in buckets])
-        ms = mask2[torch.tensor(order, device=mask2.device)].split([len(b) for b, _ in buckets])
+        order = torch.tensor([r for bucket, _ in buckets for r in bucket], device=h.device)
+        sizes = [len(bucket) for bucket, _ in buckets]
         outs = [pad(fn(x[:, :width], m[:, :width], bucket), width)
-                for x, m, (bucket, width) in zip(hs, ms, buckets)]
-        where = {row: i for i, row in enumerate(order)}
-        back = torch.tensor([where[row] for row in rows], device=h.device)
+                for x, m, (bucket, width) in zip(h[order].split(sizes), mask2[order].split(sizes), buckets)]
+        # Back to `rows` order: the inverse of the permutation `order` (rows are contiguous).
+        back = torch.empty_like(order)
+        back[order - rows.start] = torch.arange(len(order), device=h.device)
         return torch.cat(outs)[back]
 
     def encode(self, packed: Packed, h: torch.Tensor, start: int = 0) -> dict[tuple[str, int], torch.Tensor]:
