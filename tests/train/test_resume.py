@@ -163,8 +163,9 @@ def test_resume_without_a_previous_run_is_one_line(tmp_path):
     assert proc.stderr.strip().startswith("mtbert: error: --resume:") and "Traceback" not in proc.stderr
 
 
-# A run that learns steadily (every seed tried improved at epochs 2 and 3): a later best epoch
-# must be there to save, whatever the draws; SMALL's six steps an epoch are mostly noise.
+# A run that learns steadily (seeds 0-7 each saved a later best epoch, in fp32 and in bf16): a
+# later best epoch must be there to save, whatever the draws; SMALL's six steps an epoch are
+# mostly noise.
 LEARNING = {**SMALL, "sampling.strategy": "tuple", "optim.lr": 2e-3, "sampling.steps_per_epoch": 30,
             "data.synthetic.train_size": 400}
 
