@@ -33,10 +33,11 @@ import os
 import sqlite3
 import sys
 import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 
@@ -94,11 +95,21 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
-def no_download_bar():
-    """MLflow draws a download bar per file on stderr: off, within this context."""
-    from unittest import mock
+@contextmanager
+def no_download_bar() -> Iterator[None]:
+    """MLflow draws a download bar per file on stderr: off within this context, as before after."""
+    before = os.environ.get(NO_BAR)
+    os.environ[NO_BAR] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NO_BAR, None)
+        else:
+            os.environ[NO_BAR] = before
 
-    return mock.patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+
+NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 # A sqlite store is read with plain SQL over MLflow's own tables: MLflow has no public reader
@@ -1111,7 +1122,7 @@ def log_leaderboard(tracking) -> bool:
         return False
     importance, _ = stored(tracking.uri, parent, table)
     with tempfile.TemporaryDirectory() as tmp:
-        path = plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
+        plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
         (Path(tmp) / "leaderboard.md").write_text(render(table, "md", importance))
         (Path(tmp) / "leaderboard.csv").write_text(render(table, "csv"))
         for name in ("pareto.png", "leaderboard.md", "leaderboard.csv"):
