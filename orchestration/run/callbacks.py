@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.experiment import Trial
 
 from orchestration.run.trainable import failure, keep_one_model
 from orchestration.sweep.labels import fmt_lr, regime_label
@@ -168,6 +169,25 @@ class TrackingCallback(Callback):
         else:
             self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
         keep_one_model(trial)  # [trainable]
+
+    def on_experiment_end(self, trials: list, **info) -> None:
+        """A trial Tune ended while the driver could not record it (killed between the two,
+        or its folder full) is ended in the record from Tune's own, its last report included:
+        a resumed Tune does not end it again. Tune calls this on every way out of a run
+        (finished, interrupted, raised)."""
+        record = self.tracking.record
+        for trial in trials:
+            key = (trial.config or {}).get("key")
+            t = record.trials.get(key)
+            if (t is None or t["status"] != "RUNNING" or key in record.started
+                    or trial.status not in (Trial.TERMINATED, Trial.ERROR)):
+                continue
+            if "epoch" in (trial.last_result or {}):
+                self.tracking.log_epoch(key, trial.last_result)
+            if trial.status == Trial.TERMINATED and not failure(trial.last_result):
+                self.tracking.finish(trial.config, "FINISHED")
+            else:
+                self.tracking.finish(trial.config, "FAILED", error=error_line(trial))
 
 
 def _train_log(trial) -> str | None:

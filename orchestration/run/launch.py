@@ -567,8 +567,6 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     from orchestration.track.mlflow_extras import log_models
 
     record = tracking.record
-    if results is not None:
-        _settle(tracking, results)
     closed = tracking.close_open(record.stop_reason or "sweep ended")
     if closed and record.stop_reason is None:
         log(f"closed {closed} unfinished trial run(s) as KILLED")
@@ -609,29 +607,6 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log(f"warning: {what} failed: {_first_line(exc)}")
-
-
-def _settle(tracking: SweepTracking, results) -> None:
-    """A trial Tune ended while the driver could not record it (killed between the two, or
-    its folder full) is ended in the record from Tune's own, its last report included: a
-    resumed Tune does not end it again."""
-    from ray.tune.experiment import Trial
-
-    from orchestration.run.callbacks import error_line
-    from orchestration.run.trainable import failure
-
-    for trial in getattr(getattr(results, "_experiment_analysis", None), "trials", None) or []:
-        key = (trial.config or {}).get("key")
-        t = tracking.record.trials.get(key)
-        if (t is None or t["status"] != "RUNNING" or key in tracking.record.started
-                or trial.status not in (Trial.TERMINATED, Trial.ERROR)):
-            continue
-        if "epoch" in (trial.last_result or {}):
-            tracking.log_epoch(key, trial.last_result)
-        if trial.status == Trial.TERMINATED and not failure(trial.last_result):
-            tracking.finish(trial.config, "FINISHED")
-        else:
-            tracking.finish(trial.config, "FAILED", error=error_line(trial))
 
 
 def parent_status(status: str, runs: list) -> str:

@@ -276,3 +276,42 @@ def test_the_experiment_holds_the_saved_scores_view_the_link_opens(swept):
     again = json.loads(tracking.client.get_experiment(tracking.experiment_id).tags["mlflow.sharedViewState.mtbert"])
     assert again["createdAt"] == envelope["createdAt"]
     assert json.loads(again["state"])["orderByKey"] == "metrics.`tm_relative_score`"
+
+
+def test_a_trial_tune_ended_unrecorded_is_ended_from_tunes_own_record(tmp_path):
+    """A driver killed between Tune ending a trial and recording it: the resumed driver's
+    record has the trial RUNNING, Tune has it ended. Tune hands its trials to every
+    callback's on_experiment_end; the record takes Tune's end and last report from there."""
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from orchestration.run.callbacks import TrackingCallback
+
+    sweep = load_sweep(write_sweep(tmp_path / "tiny.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                                   seeds=[0, 1], baseline={"sharing.head_regime": "I-I-I"}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking = SweepTracking.start(uri, "exp", "killed-run", sweep.name, {}, None)
+    plan = {t["key"]: t for t in Planner(sweep).fixed_trials()}
+    done, failed, live = plan["p000-s0"], plan["p000-s1"], plan["baseline-s0"]
+    for trial in (done, failed, live):
+        tracking.start_trial(trial, f"id-{trial['key']}")
+    assert tracking.flush()
+    for key in (done["key"], failed["key"]):
+        tracking.record.started.pop(key)  # the driver that saw these start is gone
+    error = tmp_path / "error.txt"
+    error.write_text("Traceback ...\nRuntimeError: worker died\n")
+    tune_trials = [
+        SimpleNamespace(config=done, status=Trial.TERMINATED, last_result=report(1, 0.45, 5.0, 1.0, (0.45, 1))),
+        SimpleNamespace(config=failed, status=Trial.ERROR, last_result={}, error_file=str(error)),
+        # Recorded by this driver: Tune's view does not override the record's own.
+        SimpleNamespace(config=live, status=Trial.TERMINATED, last_result={}),
+    ]
+    TrackingCallback(tracking).on_experiment_end(trials=tune_trials)
+    assert tracking.flush()
+    m, _, status = metrics_of(tracking, tracking.run_id(done["key"]))
+    assert status == "FINISHED" and m["overall"] == 0.45
+    _, tags, status = metrics_of(tracking, tracking.run_id(failed["key"]))
+    assert status == "FAILED" and tags["error"] == "RuntimeError: worker died"
+    assert metrics_of(tracking, tracking.run_id(live["key"]))[2] == "RUNNING"
+    tracking.release()
