@@ -190,11 +190,17 @@ class Sweep:
         return to_dict(_validated(absolute_config_paths(raw)))
 
     def epoch_budget(self) -> int:
-        budgets = [int(self.base["train"]["epochs"])]
-        budgets += [int(v) for v in values_of(self.dims, "train.epochs")]
-        if "train.epochs" in self.baseline:
-            budgets.append(int(self.baseline["train.epochs"]))
-        return max(budgets)
+        return epoch_budget(self.base, self.dims, self.baseline)
+
+
+def epoch_budget(base: dict[str, Any], dims: list[Dimension], baseline: dict[str, Any]) -> int:
+    """The most epochs any trial of the sweep trains: the base's, a swept value's, the
+    baseline's (TM-relative time and ASHA's max_t are read against it)."""
+    budgets = [int((base.get("train") or {}).get("epochs") or 3)]
+    budgets += [int(v) for v in values_of(dims, "train.epochs")]
+    if "train.epochs" in baseline:
+        budgets.append(int(baseline["train.epochs"]))
+    return max(budgets)
 
 
 def _overridden(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -317,11 +323,9 @@ def _full_epoch_budget(raw: dict, path: Path, where: str, config_set: dict) -> i
     try:
         spec = coerce(SweepFile, copy.deepcopy(raw), "")
         base = _load_base(spec, path, where, config_set, {})
-        budgets = [int(((base.get("train") or {}).get("epochs")) or 3)]
         dims = [parse_dimension(str(key), raw_dim, where, []) for key, raw_dim in spec.space.items()
                 if str(key) == "train.epochs" or (isinstance(raw_dim, dict) and raw_dim.get("type") == "points")]
-        budgets += [int(v) for v in values_of(dims, "train.epochs")]
-        return max(budgets)
+        return epoch_budget(base, dims, dotted(spec.baseline or {}))
     except (ConfigError, SweepError, TypeError, ValueError):
         return None
 

@@ -192,3 +192,14 @@ def test_reference_runs_beside_the_baseline_under_each_seed(sweep_file):
     assert config["freeze"]["layers"] == -1 and config["sharing"]["head_regime"] == "none"
     assert config["sts"]["head"] == "regression" and config["train"]["epochs"] == 3  # tiny's recipe
     assert load_sweep(sweep_file()).reference is None
+
+
+def test_the_smoke_check_reads_the_epoch_budget_the_real_sweep_runs(sweep_file):
+    """--smoke checks ASHA's grace period against the real sweep's budget, which a baseline
+    that trains longer raises: one rule for both (spec.epoch_budget)."""
+    asha = {"scheduler": {"type": "asha", "grace_period": 3}}
+    longer = sweep_file(baseline={"train": {"epochs": 4}}, **asha)
+    assert load_sweep(longer).epoch_budget() == 4
+    assert load_sweep(longer, smoke=True).spec.scheduler.grace_period >= 1  # accepted
+    with pytest.raises(SweepError, match="grace_period: 3 > 2, the epoch budget of the real sweep"):
+        load_sweep(sweep_file(**asha), smoke=True)
