@@ -33,10 +33,8 @@ follows the slim rule whatever train.bundle says.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shutil
-import weakref
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +143,7 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
     other files (config, tokenizer, architecture, frozen reference) no epoch changes, so
     model.pt alone is rewritten (the training loop saves a bundle at every new best epoch)."""
     from mtbert.config import to_dict
-    from mtbert.data.tokenize import pad_token_id
+    from mtbert.data.tokenize import pad_token_id, tokenizer_fingerprint
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -165,7 +163,7 @@ def save_bundle(path: str | Path, model, cfg, tokenizer, weights_only: bool = Fa
         # The tokenizer is the pretrained model's own, as the frozen weights are (a copy is
         # 0.7 MB beside MiniLM's 2-6 MB of heads): named by a digest that load_model checks.
         meta["frozen"] = reference
-        meta["tokenizer"] = {"digest": tokenizer_digest(tokenizer)}
+        meta["tokenizer"] = {"digest": tokenizer_fingerprint(tokenizer)}
     (path / "bundle.json").write_text(json.dumps(meta, indent=2))
     return path
 
@@ -275,7 +273,7 @@ def load_model(path: str | Path, device: str = "auto", encoder: str | None = Non
 def _named_tokenizer(path: Path, meta: dict, source: str, remedy: str):
     """A slim bundle's tokenizer: the pretrained model's at `source`, if it is the one the run
     trained with."""
-    from mtbert.data.tokenize import _pretrained_tokenizer
+    from mtbert.data.tokenize import _pretrained_tokenizer, tokenizer_fingerprint
     from mtbert.errors import DataError
 
     try:
@@ -283,34 +281,13 @@ def _named_tokenizer(path: Path, meta: dict, source: str, remedy: str):
     except DataError as exc:
         raise BundleError(f"{path}: a slim bundle whose tokenizer is read from {source}, which does not "
                           f"load here ({str(exc).removeprefix('model.name_or_path: ')}); {remedy}") from None
-    digest = tokenizer_digest(tokenizer)
+    digest = tokenizer_fingerprint(tokenizer)
     if digest != meta["tokenizer"]["digest"]:
         raise BundleError(f"{path}: the tokenizer in {source} is not the one it was trained with (digest "
                           f"{digest}, expected {meta['tokenizer']['digest']}); {remedy}")
     return tokenizer
 
 
-def tokenizer_digest(tokenizer) -> str:
-    """A digest of what decides a tokenizer's ids: its vocabulary, normalizer, pre-tokenizer,
-    model and post-processor. Not its truncation and padding, which tokenizing with
-    truncation=True switches on in the tokenizer as a side effect."""
-    # Serialising MiniLM's vocabulary takes tens of milliseconds per bundle a sweep worker
-    # writes: kept with the tokenizer object while its vocabulary size stays the same.
-    kept = _TOKENIZER_DIGESTS.get(tokenizer)
-    if kept is not None and kept[0] == len(tokenizer):
-        return kept[1]
-    spec = json.loads(tokenizer.backend_tokenizer.to_str())
-    spec.pop("truncation", None)
-    spec.pop("padding", None)
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-    try:
-        _TOKENIZER_DIGESTS[tokenizer] = (len(tokenizer), digest)
-    except TypeError:  # an object that takes no weak reference: computed every time
-        pass
-    return digest
-
-
-_TOKENIZER_DIGESTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 # ----------------------------------------------------------------------------- compacted weights

@@ -135,15 +135,18 @@ def test_a_compacted_slim_bundle_predicts_as_before(tmp_path):
     assert all(torch.equal(got[t], want[t]) for t in want)
 
 
-def test_the_kept_tokenizer_digest_is_the_tokenizers_own(tmp_path):
-    """A worker's bundles name their tokenizer by a digest kept with the tokenizer object: it
-    is the one computed afresh, and a token added to that object is a new digest."""
-    from mtbert.bundle import tokenizer_digest
-    from mtbert.data.tokenize import _tiny_tokenizer
+def test_the_kept_tokenizer_fingerprint_is_the_tokenizers_own(tmp_path):
+    """One fingerprint keys the tokenized data and names a slim bundle's tokenizer. A worker
+    keeps it with the tokenizer object: it is the one computed afresh, tokenizing with
+    truncation (which changes the tokenizer's own state) leaves it, and a token added to that
+    object is a new fingerprint."""
+    from mtbert.data.tokenize import _tiny_tokenizer, tokenizer_fingerprint
 
     texts = ["a small corpus of words", "words of a corpus", "small words"]
     tok = _tiny_tokenizer(texts, tmp_path)
-    first = tokenizer_digest(tok)
-    assert tokenizer_digest(tok) == first == tokenizer_digest(_tiny_tokenizer(texts, tmp_path))
+    first = tokenizer_fingerprint(tok)
+    assert tokenizer_fingerprint(tok) == first == tokenizer_fingerprint(_tiny_tokenizer(texts, tmp_path))
+    tok(texts, truncation=True, max_length=4, padding=True)
+    assert tokenizer_fingerprint(_tiny_tokenizer(texts, tmp_path)) == first
     tok.add_tokens(["zebra"])
-    assert tokenizer_digest(tok) != first
+    assert tokenizer_fingerprint(tok) != first
