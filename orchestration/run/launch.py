@@ -38,6 +38,9 @@ ROOM_MODULES = {"sweep": ("spec", "space", "plan", "claims", "labels"),
                 "run": ("launch", "trainable", "callbacks", "jobs", "remote", "searcher", "scheduler"),
                 "track": ("tracking", "models", "tm"),
                 "report": ("leaderboard", "export", "findings", "verdicts", "importance", "best")}
+# Objects a saved sweep's Tune state may name where they were, as (module, name): the module
+# they are in now (_moved_names). Tune keeps the run's callbacks pickled.
+MOVED = {("orchestration.run.callbacks", "ProgressPrinter"): "orchestration.run.progress"}
 
 
 @dataclass
@@ -334,7 +337,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from ray import tune
 
     metric, mode = tune_metric(sweep)
-    from orchestration.run.callbacks import ProgressPrinter, TrackingCallback
+    from orchestration.run.callbacks import TrackingCallback
+    from orchestration.run.progress import ProgressPrinter
 
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
     tuner = tune.Tuner(
@@ -397,6 +401,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     from ray import tune
 
     _flat_names()
+    _moved_names()
     resources = state["resources"]
     tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
                                resume_unfinished=True, resume_errored=True)
@@ -418,6 +423,17 @@ def _flat_names() -> None:
             sys.modules.setdefault(f"orchestration.{name}", importlib.import_module(f"orchestration.{room}.{name}"))
 
 
+def _moved_names() -> None:
+    """Each moved object also under its old module, so that a sweep saved before it moved
+    unpickles (under a flat name too: _flat_names aliases the same module)."""
+    import importlib
+
+    for (old, name), new in MOVED.items():
+        module = importlib.import_module(old)
+        if not hasattr(module, name):
+            setattr(module, name, getattr(importlib.import_module(new), name))
+
+
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
@@ -426,7 +442,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
 
-    from orchestration.run.callbacks import hold_reserve, release_reserve
+    from orchestration.run.storage import hold_reserve, release_reserve
 
     status = "FAILED"
     results = None
@@ -481,7 +497,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
 
 def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:
     """Whether the sweep stopped, or its folder is now, too full to take a trial's report."""
-    from orchestration.run.callbacks import release_reserve, storage_shortfall
+    from orchestration.run.storage import release_reserve, storage_shortfall
 
     record = tracking.record
     if record.full is None and record.stop_reason in (None, STORAGE_FULL):
