@@ -154,3 +154,18 @@ def test_a_sweep_saved_before_the_rooms_still_resumes():
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_sweep_saved_before_a_move_still_resumes():
+    """Its Tune state names a moved object's old module, also under the flat name; a resume
+    finds it there (launch.MOVED), and the module itself no longer holds it."""
+    code = ("import pickle, orchestration.run.launch as launch, orchestration.run.callbacks as callbacks\n"
+            "assert not hasattr(callbacks, 'ProgressPrinter')\n"
+            "launch._flat_names(); launch._moved_names()\n"
+            "from orchestration.run.progress import ProgressPrinter\n"
+            "saved = pickle.dumps(ProgressPrinter, 0)\n"
+            "for old in (b'orchestration.run.callbacks', b'orchestration' + b'.callbacks'):\n"
+            "    assert pickle.loads(saved.replace(b'orchestration.run.progress', old)) is ProgressPrinter\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]

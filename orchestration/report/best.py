@@ -1,5 +1,5 @@
 """`mtbert best`: what a researcher takes away from a sweep. Its best configuration (judged by
-the mean over seeds, mlflow_extras.best_configuration) and, for that configuration's best
+the mean over seeds, track/models.py's best_configuration) and, for that configuration's best
 seed, every name its model goes by: the MLflow run, the logged model, the registered version
 and the bundle folder on disk. Each model line is a `mtbert predict --model ...` command that
 runs as printed.
@@ -64,13 +64,31 @@ def _values(parent_tags: dict[str, str], params: dict[str, str]) -> dict[str, st
             if name == key or name.startswith(key + ".")}
 
 
+def best_summary(runs: list) -> dict[str, Any]:
+    """The best configuration as the sweep reports it (its summary line, its parent run): its
+    variant, its mean overall with the 95% half-width and n seeds, and its best seed (the model);
+    {} when no trial finished."""
+    from orchestration.stats import mean_ci
+    from orchestration.track.models import best_configuration
+
+    best = best_configuration(runs)
+    if not best:
+        return {}
+    mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
+    top = best[0].data
+    return {"variant": top.tags.get("variant", ""), "trial_key": top.tags.get("trial_key"), "overall": mean,
+            "half": half, "n": n, "seed_overall": top.metrics["overall"],
+            "tm": {name: sum(v) / len(v) for name in ("tm_relative_score_compute", "tm_relative_score")
+                   if (v := [r.data.metrics[name] for r in best if name in r.data.metrics])}}
+
+
 def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) -> dict[str, Any]:
     """The sweep's best configuration and its best seed's model, as a plain dict (the JSON
     `mtbert best --format json` prints)."""
     from mlflow.tracking import MlflowClient
 
     from orchestration.report.leaderboard import find_sweep
-    from orchestration.track.mlflow_extras import best_configuration, best_summary
+    from orchestration.track.models import best_configuration
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     client = MlflowClient(uri)

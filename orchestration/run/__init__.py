@@ -4,7 +4,9 @@
     trainable.py  the Ray Tune function trainable around mtbert's train()
     searcher.py   which trial next: baselines first, then the plan or Optuna; adaptive seeds
     scheduler.py  FIFO or ASHA (never stops the baseline)
-    callbacks.py  driver-side Tune callbacks: every trial event to tracking, the progress lines
+    callbacks.py  the driver's Tune callback that sends every trial event to tracking
+    progress.py   the driver's Tune callback that prints the progress lines
+    storage.py    the room the sweep folder keeps, to stop cleanly when its disk fills
     remote.py     checks that run on every Ray node (paths visible, storage shared)
     jobs.py       sweeps as Ray Jobs: `mtbert sweep submit | status | stop`
 

@@ -312,7 +312,7 @@ def _submitted(client, url: str, job_id: str, follow: bool, out: TextIO | None) 
 # --------------------------------------------------------------------------- progress, resume
 # Read from the job's log through the dashboard, the one thing a laptop surely reaches (the
 # MLflow store is named as the head reaches it). The lines are the sweep driver's own
-# (launch.py, callbacks.ProgressPrinter).
+# (launch.py, progress.ProgressPrinter).
 
 _STARTED = re.compile(r"^sweep (?P<name>\S+): .* \| Ray storage (?P<run_dir>.+)$")
 _RESUMED = re.compile(r"^resuming sweep (?P<name>\S+) \| ")

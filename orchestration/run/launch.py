@@ -31,13 +31,16 @@ from orchestration.track.tracking import RECORD_FILE, STORAGE_FULL, SweepTrackin
 STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
 IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
-# Each room's modules. A sweep folder saved before orchestration/ had rooms pickled its
+# The modules a sweep folder saved before orchestration/ had rooms may name: it pickled its
 # searcher, scheduler and callbacks under the flat names (`orchestration.` + module), and a
-# resume must still find them there (_flat_names).
+# resume must still find them there (_flat_names). Modules added since never had a flat name.
 ROOM_MODULES = {"sweep": ("spec", "space", "plan", "claims", "labels"),
                 "run": ("launch", "trainable", "callbacks", "jobs", "remote", "searcher", "scheduler"),
-                "track": ("tracking", "mlflow_extras", "models", "tm"),
+                "track": ("tracking", "models", "tm"),
                 "report": ("leaderboard", "export", "findings", "verdicts", "importance", "best")}
+# Objects a saved sweep's Tune state may name where they were, as (module, name): the module
+# they are in now (_moved_names). Tune keeps the run's callbacks pickled.
+MOVED = {("orchestration.run.callbacks", "ProgressPrinter"): "orchestration.run.progress"}
 
 
 @dataclass
@@ -77,7 +80,7 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     from mtbert.data.tokenize import prepare
     from mtbert.train.frozen import setup_signature
     from mtbert.train.loop import build_frozen_cache
-    from orchestration.track.mlflow_extras import data_signature
+    from orchestration.track.describe import data_signature
 
     seen, frozen_seen = set(), set()
     t0 = time.perf_counter()
@@ -304,7 +307,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep))
-    tracking.describe_parent(sweep.base)  # [mlflow_extras] dataset inputs + data report (synced)
+    tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
     tracking.log_parent_artifacts({
@@ -334,7 +337,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from ray import tune
 
     metric, mode = tune_metric(sweep)
-    from orchestration.run.callbacks import ProgressPrinter, TrackingCallback
+    from orchestration.run.callbacks import TrackingCallback
+    from orchestration.run.progress import ProgressPrinter
 
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
     tuner = tune.Tuner(
@@ -397,6 +401,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     from ray import tune
 
     _flat_names()
+    _moved_names()
     resources = state["resources"]
     tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
                                resume_unfinished=True, resume_errored=True)
@@ -418,6 +423,17 @@ def _flat_names() -> None:
             sys.modules.setdefault(f"orchestration.{name}", importlib.import_module(f"orchestration.{room}.{name}"))
 
 
+def _moved_names() -> None:
+    """Each moved object also under its old module, so that a sweep saved before it moved
+    unpickles (under a flat name too: _flat_names aliases the same module)."""
+    import importlib
+
+    for (old, name), new in MOVED.items():
+        module = importlib.import_module(old)
+        if not hasattr(module, name):
+            setattr(module, name, getattr(importlib.import_module(new), name))
+
+
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
@@ -426,7 +442,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
 
-    from orchestration.run.callbacks import hold_reserve, release_reserve
+    from orchestration.run.storage import hold_reserve, release_reserve
 
     status = "FAILED"
     results = None
@@ -481,7 +497,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
 
 def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:
     """Whether the sweep stopped, or its folder is now, too full to take a trial's report."""
-    from orchestration.run.callbacks import release_reserve, storage_shortfall
+    from orchestration.run.storage import release_reserve, storage_shortfall
 
     record = tracking.record
     if record.full is None and record.stop_reason in (None, STORAGE_FULL):
@@ -564,7 +580,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
     the error that ended the sweep."""
     from orchestration.report.importance import log_importance
     from orchestration.report.leaderboard import log_leaderboard
-    from orchestration.track.mlflow_extras import log_models
+    from orchestration.track.models import log_models
 
     record = tracking.record
     closed = tracking.close_open(record.stop_reason or "sweep ended")
@@ -596,7 +612,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
              # fitting that an interrupted one, resumed, would redo).
              ("importance of the swept dimensions", lambda: status == "FINISHED" and log_importance(tracking, log)),
              ("leaderboard and Pareto plot", lambda: log_leaderboard(tracking)),
-             # [mlflow_extras] the best trial's bundle as an MLflow model (mlflow_extras.log_models):
+             # [models] the best trial's bundle as an MLflow model (models.log_models):
              # an upload through MLflow's own client; a failure costs the model only.
              ("log models", lambda: status == "FINISHED" and log_models(tracking, results, *models, log=log, runs=runs)),
              ("the sweep's summary on its parent run", lambda: _log_summary(tracking, runs)),
@@ -642,9 +658,9 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
 
 def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
     """(metrics, tags) of the sweep for its parent run: its best configuration
-    (mlflow_extras.best_configuration) by its mean overall, the half-width of that mean's 95%
+    (models.best_configuration) by its mean overall, the half-width of that mean's 95%
     interval (two seeds or more) and its seeds; and how its trials ended."""
-    from orchestration.track.mlflow_extras import best_summary
+    from orchestration.report.best import best_summary
 
     finished = [r for r in runs if r.info.status == "FINISHED"]
     failed = sum(r.info.status == "FAILED" for r in runs)
@@ -669,7 +685,7 @@ def _log_summary(tracking: SweepTracking, runs: list) -> None:
 def _runs_view(sweep) -> dict:
     """The columns of the MLflow view the sweep's link opens: its objective first, then each
     task's score and the swept keys' params as they are logged, each loss weight of a swept
-    loss.weights its own (mlflow_extras.save_runs_view)."""
+    loss.weights its own (view.save_runs_view)."""
     from mtbert.tasks import get_task
 
     metric, mode = sweep.objectives[0]
@@ -681,7 +697,7 @@ def _runs_view(sweep) -> dict:
             tasks.append(get_task(t).metric_name)
         except (KeyError, ValueError):  # a plug-in task the driver has not imported
             pass
-    from orchestration.track.mlflow_extras import swept_params
+    from orchestration.track.view import swept_params
 
     # values_of: every value a dimension may give a key, or its ends (a simplex: its corners).
     keys = [k for d in sweep.dims for k in d.config_keys()]
@@ -691,7 +707,7 @@ def _runs_view(sweep) -> dict:
 
 def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, experiment: str,
              status: str, t_start: float) -> SweepOutcome:
-    from orchestration.track.mlflow_extras import best_summary
+    from orchestration.report.best import best_summary
 
     # Timed before the closing read of the runs below.
     timing = {"wall_s": time.perf_counter() - t_start, "logging_s": tracking.logging_s,
@@ -728,7 +744,7 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     # Quoted: a store under a folder with spaces must paste back as one argument.
     log(f"table: {tool('mtbert')} leaderboard --experiment {shlex.quote(o.experiment)} "
         f"--tracking-uri {shlex.quote(o.tracking_uri)}")
-    from orchestration.track.mlflow_extras import ui_link
+    from orchestration.track.view import ui_link
 
     if o.tracking_uri.startswith("sqlite:"):
         log(f"browse: {tool('mlflow')} ui --backend-store-uri {shlex.quote(o.tracking_uri)}   (then open "

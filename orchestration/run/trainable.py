@@ -101,9 +101,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     if elsewhere:
         log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")
 
-    from orchestration.track.mlflow_extras import SystemSampler
+    from orchestration.track.system import SystemSampler
 
-    system = SystemSampler()  # [mlflow_extras] CPU/memory/GPU of this trial, per epoch
+    system = SystemSampler()  # [system] CPU/memory/GPU of this trial, per epoch
 
     def reporter(metrics: dict, checkpoint_dir: str | None) -> None:
         # tune.report copies the directory into the sweep's storage before returning, so

@@ -1,4 +1,12 @@
-"""What `mtbert predict --model` accepts besides a bundle folder: the names a sweep prints.
+"""A sweep's models in MLflow: logged after the sweep, and found again by the names it prints.
+
+Logging: the best seed of the best configuration (best_configuration: judged by the mean over
+seeds), or every trial's with `tracking.log_models: all`, logs its bundle to its child run as
+a pyfunc model that takes text (MtbertModel), registered when `tracking.register_model` names
+it. The model carries mtbert's code and, for a slim bundle, its pretrained weights, so that it
+loads where neither is installed.
+
+Finding: what `mtbert predict --model` accepts besides a bundle folder.
 
     runs/<sweep>/<trial>/output/best     a bundle folder (used as it is; a trial's links into its checkpoint)
     models:/m-0123...  models:/NAME/3    an MLflow model URI (what a sweep prints, or the registry's)
@@ -13,15 +21,22 @@ A logged model carries the bundle as its `bundle` artifact; it is downloaded onc
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import tempfile
 from pathlib import Path
+
+import pandas as pd  # at import: MLflow resolves MtbertModel.predict's hint in these globals
 
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 
 RUN_ID = re.compile(r"[0-9a-f]{32}")
+MODEL_NAME = "model"  # the logged model's name in its run
 CACHE = Path(".mtbert_cache")
 
+
+# --------------------------------------------------------------------------- finding
 
 def model_uri(ref: str, tracking_uri: str) -> str:
     """The MLflow model URI a --model reference names (a registered name: its latest version)."""
@@ -81,3 +96,148 @@ def _bundle_in(folder: Path) -> Path | None:
     """The bundle a logged model carries (its pyfunc `artifacts/` keeps the folder's own name)."""
     marks = sorted((folder / "artifacts").glob("*/bundle.json")) if folder.is_dir() else []
     return marks[0].parent if marks else None
+
+
+# --------------------------------------------------------------------------- logging
+
+def _pyfunc_class():
+    """Defined on first use: mlflow.pyfunc is imported only where a model is logged."""
+    import mlflow.pyfunc
+
+    class MtbertModel(mlflow.pyfunc.PythonModel):
+        """Input: a DataFrame with `text` (and `text2` for the pair tasks). Output: one column
+        per task: the sst class, the para 0/1, the sts similarity 0..5 (NaN where a pair
+        task has no text2)."""
+
+        def load_context(self, context):
+            from mtbert.bundle import load_model
+
+            self.bundle = load_model(context.artifacts["bundle"])
+
+        # Annotated as a DataFrame, which MLflow takes as "no schema from the hint": without
+        # a hint it prints a warning on every sweep's console asking for one.
+        def predict(self, context, model_input: pd.DataFrame, params=None):
+            from mtbert.tasks import get_task
+
+            texts = [str(t) for t in model_input["text"]]
+            second = model_input["text2"] if "text2" in model_input else [None] * len(texts)
+            pairs = [i for i, t in enumerate(second) if isinstance(t, str) and t]
+            out = {}
+            for task in self.bundle.tasks:
+                if not get_task(task).pair:
+                    out[task] = self.bundle.predict(task, texts)
+                    continue
+                column = [float("nan")] * len(texts)
+                got = self.bundle.predict(task, [texts[i] for i in pairs], [second[i] for i in pairs])
+                for i, value in zip(pairs, got):
+                    column[i] = value
+                out[task] = column
+            return pd.DataFrame(out)
+
+    return MtbertModel
+
+
+def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str | None = None) -> str:
+    """Log a bundle folder to a finished run as a pyfunc model (optionally registered);
+    returns the model URI. The run keeps its status and end time. A slim bundle is logged
+    self-contained (mtbert/bundle.py): a logged model is what leaves the machine, to places
+    where the pretrained model it names may not be."""
+    import logging
+    import shutil
+    import warnings
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    import mtbert
+    from mtbert.bundle import is_slim, make_self_contained
+
+    client = MlflowClient(uri)
+    before = client.get_run(run_id).info
+    quiet = logging.getLogger("mlflow")
+    level = quiet.level
+    try:
+        example = pd.DataFrame({"text": ["a wonderful film"], "text2": ["a great movie"]})
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            # MLflow's advice on type hints, cloudpickle and integer columns, and its
+            # download bars, would fill the sweep's console; the model is checked by loading it.
+            warnings.simplefilter("ignore")
+            quiet.setLevel(logging.ERROR)
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            # The code that defines the model travels with it, so it loads where mtbert is not
+            # installed; compiled caches stay behind.
+            code = Path(tmp) / "mtbert"
+            shutil.copytree(Path(mtbert.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
+            if is_slim(bundle_dir):
+                bundle_dir = make_self_contained(bundle_dir, Path(tmp) / "bundle")
+            with fluent_tracking_uri(uri), mlflow.start_run(run_id=run_id):
+                info = mlflow.pyfunc.log_model(
+                    name=MODEL_NAME, python_model=_pyfunc_class()(), artifacts={"bundle": str(bundle_dir)},
+                    code_paths=[str(code)], pip_requirements=_requirements(), input_example=example,
+                    registered_model_name=register_as)
+    finally:
+        quiet.setLevel(level)
+        if before.status != "RUNNING":
+            client.set_terminated(run_id, status=before.status, end_time=before.end_time)
+    return info.model_uri
+
+
+def _requirements() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("torch", "transformers", "tokenizers", "numpy", "pandas", "pyyaml"):
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(name)
+    return out
+
+
+def best_configuration(runs: list) -> list:
+    """The finished runs of the configuration (tag `variant`: one configuration's seeds) with
+    the best mean `overall` over its seeds, its best seed first; [] when none finished.
+    Judged by the mean, not by one lucky seed; with one seed per configuration that is the
+    best run. Ties go to the configuration with more seeds."""
+    groups: dict[str, list] = {}
+    for run in runs:
+        if run.info.status == "FINISHED" and "overall" in run.data.metrics:
+            groups.setdefault(run.data.tags.get("variant") or run.info.run_id, []).append(run)
+    if not groups:
+        return []
+    best = max(groups.values(), key=lambda g: (sum(r.data.metrics["overall"] for r in g) / len(g), len(g)))
+    return sorted(best, key=lambda r: -r.data.metrics["overall"])
+
+
+def log_models(tracking, results, which: str, register_as: str | None,
+               log=print, runs: list | None = None) -> list[tuple[str, str]]:
+    """After a sweep: the best seed of the best configuration (which='best', see
+    best_configuration) or every trial (which='all') logs its bundle to its child run;
+    (trial_key, model URI) for each one logged.
+    `runs`: the sweep's child runs as the driver last read them (else read here)."""
+    if which == "none" or results is None:
+        return []
+    by_key = {r.config["key"]: r.checkpoint for r in results
+              if (r.config or {}).get("key") and r.checkpoint is not None}
+    runs = tracking.children() if runs is None else runs
+    best = best_configuration(runs)[:1]  # first: the registry gets it, and only it
+    if which == "all":
+        best += [r for r in runs if r.info.status == "FINISHED" and "overall" in r.data.metrics and r not in best]
+    runs = best
+    done = []
+    for run in runs:
+        key = run.data.tags.get("trial_key")
+        checkpoint = by_key.get(key)
+        if checkpoint is None or run.data.tags.get("model_uri"):  # a resumed sweep logs once
+            continue
+        with checkpoint.as_directory() as folder:
+            bundle = Path(folder) / "best"  # the best epoch's bundle, as train() leaves it
+            if not (bundle / "model.pt").is_file():
+                continue
+            name = register_as if run is runs[0] else None  # the registry gets the best only
+            model_uri = log_bundle(tracking.uri, run.info.run_id, bundle, name)
+        tracking.tag_trial(key, {"model_uri": model_uri})
+        done.append((key, model_uri))
+        log(f"model: {key} logged to its run as {model_uri}"
+            + (f", registered as '{register_as}'" if name else ""))
+    return done

@@ -45,8 +45,10 @@ from typing import Any, Callable, Iterator
 from orchestration.errors import TrackingUnavailable
 from orchestration.paths import sqlite_path
 from orchestration.sweep.labels import STANDS_FOR
-from orchestration.track import mlflow_extras
+from orchestration.track.describe import describe_run, source_tags
+from orchestration.track.system import SYSTEM_PREFIX
 from orchestration.track.tm import mean_reference, time_basis, trial_tm
+from orchestration.track.view import SWEEP_RUN_TAG, mark_experiment, save_runs_view
 
 EPOCH_PREFIX = "epoch/"
 PARENT_TAG = "mlflow.parentRunId"
@@ -526,7 +528,7 @@ class SweepTracking:
     def start(cls, uri: str, experiment: str, run_name: str, sweep_name: str,
               tags: dict[str, str], commit: str | None, state_dir: str | Path | None = None,
               outage_s: float = 180.0, view: dict | None = None) -> "SweepTracking":
-        """`view`: the keyword arguments of mlflow_extras.save_runs_view (the table the link opens)."""
+        """`view`: the keyword arguments of view.save_runs_view (the table the link opens)."""
         from mlflow.tracking import MlflowClient
 
         _quiet_http_env()
@@ -534,12 +536,12 @@ class SweepTracking:
         found = client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else client.create_experiment(
             experiment, artifact_location=_artifact_location(uri, experiment))
-        mlflow_extras.mark_experiment(client, experiment_id)  # [mlflow_extras] UI opens on model training
+        mark_experiment(client, experiment_id)  # [view] UI opens on model training
         if view:
-            mlflow_extras.save_runs_view(client, experiment_id, **view)  # [mlflow_extras] the scores view
-        all_tags = {"sweep": sweep_name, mlflow_extras.SWEEP_RUN_TAG: run_name, "role": "sweep",
+            save_runs_view(client, experiment_id, **view)  # [view] the scores view
+        all_tags = {"sweep": sweep_name, SWEEP_RUN_TAG: run_name, "role": "sweep",
                     **({"git_commit": commit} if commit else {}), **tags}
-        source = mlflow_extras.source_tags(tags.get("sweep_file"), commit)  # [mlflow_extras]
+        source = source_tags(tags.get("sweep_file"), commit)  # [describe]
         run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})
         tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
                        run_name=run_name)
@@ -580,13 +582,13 @@ class SweepTracking:
         tags = {PARENT_TAG: self.parent_run_id, "sweep": self.sweep_name, "trial_key": key,
                 "trial_id": trial_id, "variant": trial_config["variant"], "role": trial_config["role"],
                 "seed": str(trial_config["seed"])}
-        if self.run_name:  # [mlflow_extras] which sweep a row is, in the saved view
-            tags[mlflow_extras.SWEEP_RUN_TAG] = self.run_name
+        if self.run_name:  # [view] which sweep a row is, in the saved view
+            tags[SWEEP_RUN_TAG] = self.run_name
         if self.commit:
             tags["git_commit"] = self.commit
         if trial_config.get(STANDS_FOR):  # a baseline that is also these searched points
             tags[STANDS_FOR] = ",".join(trial_config[STANDS_FOR])
-        tags.update(self.source_tags)  # [mlflow_extras] the sweep's source on the run
+        tags.update(self.source_tags)  # [describe] the sweep's source on the run
         self._change(key, config=trial_config, tags=tags, status="RUNNING", reason=None, error=None)
 
     def log_epoch(self, key: str, result: dict[str, Any]) -> dict[str, float]:
@@ -666,11 +668,11 @@ class SweepTracking:
 
             # `mtbert train --config config.yaml` re-runs this trial exactly.
             client.log_text(run_id, yaml.safe_dump(config["config"], sort_keys=False), "config.yaml")
-            mlflow_extras.describe_run(client, run_id, config["config"])  # [mlflow_extras] its data
+            describe_run(client, run_id, config["config"])  # [describe] its data
             record.change({"k": key, "sent": {"based": True}})
         now = int(time.time() * SECONDS)
-        # [mlflow_extras] system/* keep MLflow's names (the run's System metrics tab)
-        batch = [[k if k.startswith(mlflow_extras.SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
+        # [system] system/* keep MLflow's names (the run's System metrics tab)
+        batch = [[k if k.startswith(SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
                  for n, m in sorted(epochs.items()) for k, v in m.items()]
         new_tags, new_metrics = _unsent(sent, tags, metrics)
         # Epochs and the end in calls of their own, however the changes fell between syncs:
@@ -724,7 +726,7 @@ class SweepTracking:
             client.log_text(run_id, text, name)
         done = {"tags": tags, "metrics": metrics, "texts": {n: _digest(t) for n, t in texts.items()}}
         if describe is not None and not sent.get("described"):
-            mlflow_extras.describe_run(client, run_id, describe)  # [mlflow_extras] dataset inputs, data report
+            describe_run(client, run_id, describe)  # [describe] dataset inputs, data report
             done["described"] = True
         if status != sent.get("status"):
             _set_status(client, run_id, status)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlflow.tracking import MlflowClient
 
 from orchestration.run.launch import SweepOutcome, _summary
-from orchestration.track.mlflow_extras import best_configuration
+from orchestration.track.models import best_configuration
 
 
 def _runs(tmp_path, scores: dict[str, list[float]]):

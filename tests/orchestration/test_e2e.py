@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from mtbert.cli import main
 from mtbert.train.metrics import tm_relative_score
 from orchestration.stats import mean_ci
-from orchestration.track.mlflow_extras import best_configuration
+from orchestration.track.models import best_configuration
 
 from .conftest import SWEEPS, cli_env, descendants, free_port, run_cli, stop_pids, write_sweep
 

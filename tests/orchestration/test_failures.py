@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestration.run import trainable
-from orchestration.run.callbacks import MIN_FREE, storage_shortfall
+from orchestration.run.storage import MIN_FREE, storage_shortfall
 from orchestration.run.launch import parent_status
 from orchestration.track.tracking import SweepRecord, _Syncer
 

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 
-# The names orchestration/track/mlflow_extras.py writes (spelled out: what the UI reads is the contract).
+# The names orchestration/track/view.py writes (spelled out: what the UI reads is the contract).
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 

@@ -13,7 +13,7 @@ from mtbert.cli import main
 from mtbert.config import build_config
 from mtbert.predict import read_predictions
 from mtbert.train.loop import train
-from orchestration.track.mlflow_extras import log_bundle
+from orchestration.track.models import log_bundle
 from tests.e2e.test_bundle import write_cs224n
 
 DEV_ROWS, CAP = 70, 40

@@ -16,7 +16,7 @@ from mtbert.config import build_config
 from mtbert.train.metrics import tm_relative_score
 from orchestration.errors import TrackingUnavailable
 from orchestration.run.launch import _runs_view
-from orchestration.track.mlflow_extras import save_runs_view
+from orchestration.track.view import save_runs_view
 from orchestration.report.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
                                       sort_table)
 from orchestration.sweep.plan import Planner
