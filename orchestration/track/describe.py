@@ -53,7 +53,7 @@ def data_summary(config: dict[str, Any]) -> dict:
     for name, (train, dev) in splits.items():
         task = get_task(name)
         for split, examples in (("train", train), ("dev", dev)):
-            key = cache_key(fingerprint, examples, task, cfg.pairs.encoding, cfg.model.max_length)
+            key = cache_key(fingerprint, examples, task, cfg.pairs.encoding, cfg.max_length(name))
             source = _source(cfg, task, split)
             bad = files.get(source.get("uri", ""))
             datasets.append({"name": f"{name}-{split}", "task": name, "split": split, "rows": len(examples),

@@ -315,3 +315,18 @@ def test_a_trial_tune_ended_unrecorded_is_ended_from_tunes_own_record(tmp_path):
     assert status == "FAILED" and tags["error"] == "RuntimeError: worker died"
     assert metrics_of(tracking, tracking.run_id(live["key"]))[2] == "RUNNING"
     tracking.release()
+
+
+def test_a_runs_dataset_digest_names_the_tokenized_data_it_read(tmp_path):
+    """The digest a run's dataset inputs carry is the key of the tokenized data the trial read,
+    per-task max_length included (it was read at model.max_length)."""
+    from mtbert.config import to_dict
+    from mtbert.data.tokenize import prepare
+    from orchestration.track.describe import data_summary
+
+    cfg = build_config({"data": {"cache_dir": str(tmp_path / "cache")},
+                        "task_options": {"sts": {"max_length": 16}}})
+    prepare(cfg, log=None)
+    files = {p.name for p in (tmp_path / "cache").iterdir()}
+    for d in data_summary(to_dict(cfg))["datasets"]:
+        assert f"{d['task']}-{d['split']}-{d['digest']}.pt" in files, (d, files)
