@@ -1,7 +1,8 @@
 """The real training step against a competent hand-written loop, and its MFU, on MiniLM and
 the CS224N data.
 
-    python bench/recipe.py [--steps 10] [--rounds 3] [--threads 1]
+    python bench/recipe.py [--steps 10] [--rounds 3] [--threads 1] [--device cpu|cuda]
+                           [--encoder minilm|bert-base] [--batch-size 16]
 
 The hand-written loop is what a careful user writes with transformers alone: AutoModel, one
 shared encoder, each task's batch through its own forward (both sides of a pair stacked into
@@ -12,7 +13,11 @@ the same two precisions. Arms alternate in rounds; only ratios are stable on a s
 
 MFU, as nanoGPT prints it: achieved FLOP/s of the step (6 x non-embedding parameters x real
 tokens per second: the useful work; padding computed is waste, not credit) over this core's
-measured bf16 matmul peak (a large square matmul on the same threads).
+measured bf16 matmul peak (a large square matmul on the same threads, or on the GPU).
+
+`--encoder bert-base` is a random-init encoder of BERT-base's shape (12 layers, 768 wide, 12
+heads) over a WordPiece vocabulary trained on the same data: the size MFU is usually quoted
+at, with nothing to download. `--device cuda` runs every arm on the GPU.
 """
 from __future__ import annotations
 
@@ -27,48 +32,59 @@ from _real import MINBERT, MINILM, ROOT, parse_or_skip
 from mtbert.config import build_config
 from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
+from mtbert.model.encoder import load_encoder
 from mtbert.model.multitask import MultitaskModel
 from mtbert.tasks import get_task
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
-from mtbert.train.measure import cpu_has_bf16
+from mtbert.train.measure import cpu_has_bf16, sync
 from mtbert.train.weighting import make_weighting
 
-RAW = {"model": {"name_or_path": str(MINILM), "max_length": 128}, "sampling": {"strategy": "tuple"},
-       "train": {"batch_size": 16, "device": "cpu"},
-       "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
-                "cache_dir": str(ROOT / ".mtbert_cache")}}
+BERT_BASE = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072}
 
 
-def matmul_peak(threads: int, dtype=torch.bfloat16, n: int = 2048, reps: int = 5) -> float:
-    """FLOP/s of an n x n matmul on this core(s); in bf16 the ceiling MFU is read against."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+def raw_config(device: str, encoder: str, batch_size: int) -> dict:
+    model = ({"name_or_path": str(MINILM)} if encoder == "minilm" else {"name_or_path": "tiny", "tiny": BERT_BASE})
+    return {"model": {**model, "max_length": 128}, "sampling": {"strategy": "tuple"},
+            "train": {"batch_size": batch_size, "device": device},
+            "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
+                     "cache_dir": str(ROOT / ".mtbert_cache")}}
+
+
+def matmul_peak(device: torch.device, dtype=torch.bfloat16) -> float:
+    """FLOP/s of a large square matmul on this core(s) or GPU; in bf16 the ceiling MFU is read against."""
+    n, reps = (8192, 20) if device.type == "cuda" else (2048, 5)
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     a @ b
+    sync(device)
     t0 = time.perf_counter()
     for _ in range(reps):
         a @ b
+    sync(device)
     return 2 * n ** 3 * reps / (time.perf_counter() - t0)
 
 
 class Arm:
-    def __init__(self, label: str, bf16: bool, prepared, hand: bool):
+    def __init__(self, label: str, bf16: bool, prepared, hand: bool, raw: dict):
         self.label, self.hand = label, hand
-        self.autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else nullcontext
-        self.cfg = build_config(RAW, {"train.precision": "bf16" if bf16 else "fp32"})
+        self.cfg = build_config(raw, {"train.precision": "bf16" if bf16 else "fp32"})
+        self.device = torch.device(self.cfg.train.device)
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
         self.prepared = prepared
         seed_everything(0)
-        self.iters = {t: TaskBatches(len(ds), 16, seed=0) for t, ds in prepared.train.items()}
+        bs = self.cfg.train.batch_size
+        self.iters = {t: TaskBatches(len(ds), bs, seed=0) for t, ds in prepared.train.items()}
         self.tokens = self.seqs = 0
         self.seconds = 0.0
         if hand:
-            from transformers import AutoModel
-            self.encoder = AutoModel.from_pretrained(str(MINILM))
+            self.encoder = load_encoder(self.cfg, len(prepared.tokenizer)).to(self.device)
             h = self.encoder.config.hidden_size
             self.heads = torch.nn.ModuleDict({t: torch.nn.Linear(4 * h if get_task(t).pair else h,
                                                                  get_task(t).out_dim) for t in self.cfg.tasks})
+            self.heads.to(self.device)
             self.opt = torch.optim.AdamW(list(self.encoder.parameters()) + list(self.heads.parameters()), lr=5e-5)
             self.encoder.train()
         else:
-            self.model = MultitaskModel(self.cfg, vocab_size=len(prepared.tokenizer), pad_token_id=0)
+            self.model = MultitaskModel(self.cfg, vocab_size=len(prepared.tokenizer), pad_token_id=0).to(self.device)
             self.weighting = make_weighting(self.cfg)
             self.opt = make_optimizer(self.model, self.cfg)
             self.sched = make_scheduler(self.opt, self.cfg, 10 ** 6)
@@ -82,14 +98,14 @@ class Arm:
             self.seqs += len(b)
         if not self.hand:
             train_step(self.model, batches, idx, self.weighting, self.cfg, self.shared, self.autocast,
-                       None, torch.device("cpu"))
+                       None, self.device)
             _update(self.model, self.opt, self.sched, self.cfg)
             return
         losses = []
         for b in batches:
             width = max(e.input_ids.shape[1] for e in b.inputs)
-            ids = torch.cat([F.pad(e.input_ids, (0, width - e.input_ids.shape[1])) for e in b.inputs])
-            mask = torch.cat([F.pad(e.attention_mask, (0, width - e.attention_mask.shape[1])) for e in b.inputs])
+            ids = torch.cat([F.pad(e.input_ids, (0, width - e.input_ids.shape[1])) for e in b.inputs]).to(self.device)
+            mask = torch.cat([F.pad(e.attention_mask, (0, width - e.attention_mask.shape[1])) for e in b.inputs]).to(self.device)
             with self.autocast():
                 h = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
             m = mask.unsqueeze(-1).float()
@@ -97,16 +113,18 @@ class Arm:
             if len(b.inputs) == 2:
                 u, v = pooled.chunk(2)
                 pooled = torch.cat([u, v, (u - v).abs(), u * v], -1)
-            losses.append(get_task(b.task).loss(self.heads[b.task](pooled), b.labels))
+            losses.append(get_task(b.task).loss(self.heads[b.task](pooled), b.labels.to(self.device)))
         torch.stack(losses).sum().backward()
         torch.nn.utils.clip_grad_norm_(self.encoder.parameters(), 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
     def run(self, steps: int) -> None:
+        sync(self.device)
         t0 = time.perf_counter()
         for _ in range(steps):
             self.step()
+        sync(self.device)
         self.seconds += time.perf_counter() - t0
 
 
@@ -114,16 +132,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--encoder", choices=["minilm", "bert-base"], default="minilm")
+    ap.add_argument("--batch-size", type=int, default=16, help="rows per task per step")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                    help="after the timing, profile this many steps of each arm and print its costliest operators")
     args = parse_or_skip(ap)
     if args is None:
         return
-    prepared = prepare(build_config(RAW), log=None)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench/recipe.py: --device cuda, but no CUDA device is visible")
+    raw = raw_config(args.device, args.encoder, args.batch_size)
+    device = torch.device(args.device)
+    prepared = prepare(build_config(raw), log=None)
     # Without native bf16 (AVX2-only CPUs) autocast emulates bf16 matmuls, many times slower
     # than fp32: those arms would only time the emulation, and train.precision: auto is fp32.
-    bf16 = cpu_has_bf16()
-    arms = [Arm("hand fp32", False, prepared, True), Arm("mtbert fp32", False, prepared, False)]
+    bf16 = device.type == "cuda" or cpu_has_bf16()
+    arms = [Arm("hand fp32", False, prepared, True, raw), Arm("mtbert fp32", False, prepared, False, raw)]
     if bf16:
-        arms += [Arm("hand bf16", True, prepared, True), Arm("mtbert bf16", True, prepared, False)]
+        arms += [Arm("hand bf16", True, prepared, True, raw), Arm("mtbert bf16", True, prepared, False, raw)]
     for arm in arms:
         arm.run(2)  # warm-up
         arm.tokens = arm.seqs = 0
@@ -131,15 +158,17 @@ def main() -> None:
     for _ in range(args.rounds):
         for arm in arms:
             arm.run(args.steps)
-    fp32_peak = matmul_peak(args.threads, torch.float32)
-    peak = matmul_peak(args.threads) if bf16 else fp32_peak
+    fp32_peak = matmul_peak(device, torch.float32)
+    peak = matmul_peak(device) if bf16 else fp32_peak
     enc = arms[1].model
     params = enc.layer_params() * enc.num_layers  # non-embedding parameters of the encoder
     kind = (f"bf16 matmul peak {peak / 1e9:.0f} GFLOP/s (fp32 {fp32_peak / 1e9:.0f} GFLOP/s: "
             f"bf16 runs {peak / fp32_peak:.1f}x faster here)" if bf16 else
             f"no native bf16 on this CPU: fp32 arms only, MFU against the fp32 matmul peak "
             f"{peak / 1e9:.0f} GFLOP/s")
-    print(f"MiniLM, CS224N data, batch 16 per task, tuple sampling, {args.threads} thread(s); {kind}")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
+    name = "MiniLM" if args.encoder == "minilm" else "BERT-base shape (random init)"
+    print(f"{name}, CS224N data, batch {args.batch_size} per task, tuple sampling, {where}; {kind}")
     rate = {a.label: a.seqs / a.seconds for a in arms}
     for a in arms:
         mfu = 6 * params * a.tokens / a.seconds / peak
@@ -149,6 +178,23 @@ def main() -> None:
         line += (f"   mtbert bf16 vs hand fp32: {rate['mtbert bf16'] / rate['hand fp32']:.2f}x   "
                  f"vs hand bf16: {rate['mtbert bf16'] / rate['hand bf16']:.2f}x")
     print(line)
+    for arm in arms[:args.profile and len(arms)]:
+        profile(arm, args.profile, device)
+
+
+def profile(arm: Arm, steps: int, device: torch.device) -> None:
+    """The operators that take an arm's time, by their own time on the device (or the CPU)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=acts) as prof:
+        arm.run(steps)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key.startswith("cudaLaunchKernel"))
+    print(f"\n{arm.label}: {steps} steps profiled; {launches / steps:.0f} kernel launches a step")
+    print(events.table(sort_by=key, row_limit=12, max_name_column_width=48))
 
 if __name__ == "__main__":
     main()

@@ -5,8 +5,8 @@ already imports the bundle's state helpers: here neither imports the other for i
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -23,6 +23,30 @@ def use_bf16(precision: str, device: torch.device) -> bool:
 def autocast_for(precision: str, device: torch.device) -> tuple[bool, Callable]:
     """(bf16?, a factory of the context every forward of the run enters): one answer for
     training, evaluation and anyone who re-evaluates a run's model the way the run did."""
-    if use_bf16(precision, device):
-        return True, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
-    return False, nullcontext
+    if not use_bf16(precision, device):
+        return False, nullcontext
+    if device.type == "cuda":
+        return True, _cuda_bf16
+    return True, lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+@contextmanager
+def _cuda_bf16() -> Iterator[None]:
+    """bf16 autocast on CUDA, with attention kept off cuDNN's kernel. For bf16 on Hopper that
+    is scaled_dot_product_attention's first choice, and it plans anew for every shape it has
+    not seen: here every step's batch has its own longest row, so it planned at every call,
+    3-5 ms of host time each, and a MiniLM step on an H200 ran at a quarter of the fp32
+    step's speed (docs/benchmarks.md). The flash and memory-efficient kernels take any shape."""
+    with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(ANY_SHAPE):
+        yield
+
+
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    ANY_SHAPE = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+except ImportError:  # torch before 2.3 has neither the choice nor cuDNN's kernel
+    ANY_SHAPE = None
+
+    def sdpa_kernel(_backends):
+        return nullcontext()
