@@ -15,6 +15,11 @@ set -u
 OUT=${1:?usage: bash bench/gpu.sh OUT [GRID_SECONDS]}
 GRID_S=${2:-300}
 END=$(( $(date +%s) + ${3:-100000} ))
+python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||
+  { echo "bench/gpu.sh: no CUDA device visible to python3's torch: nothing to check" >&2; exit 2; }
+for need in ../shared/models/all-MiniLM-L6-v2 ../shared/data/minbert; do
+  [ -d "$need" ] || { echo "bench/gpu.sh: $need not found (the encoder and data the runs read)" >&2; exit 2; }
+done
 WORK=$(mktemp -d)
 mkdir -p "$WORK/logs" "$WORK/runs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

@@ -1,10 +1,12 @@
 """The benchmark scripts still run: a few steps of each on the tiny model (the figures they
 print are only meaningful at their default sizes)."""
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,3 +103,14 @@ def test_overhead_bench_splits_every_trial_slot():
     assert "median fixed cost per trial" in out and "MB per trial on disk" in out, out
     # One trial at a time: Tune runs both on the one worker it keeps (reuse_actors).
     assert "| 1 worker process(es)" in out, out
+
+
+def test_gpu_check_says_in_one_line_that_there_is_no_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: bench/gpu.sh would run for minutes")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), str(tmp_path / "out")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "bench/gpu.sh: no CUDA device visible to python3's torch: nothing to check"], proc.stderr
+    assert not (tmp_path / "out").exists()
