@@ -178,8 +178,9 @@ def main() -> None:
         line += (f"   mtbert bf16 vs hand fp32: {rate['mtbert bf16'] / rate['hand fp32']:.2f}x   "
                  f"vs hand bf16: {rate['mtbert bf16'] / rate['hand bf16']:.2f}x")
     print(line)
-    for arm in arms[:args.profile and len(arms)]:
-        profile(arm, args.profile, device)
+    if args.profile:
+        for arm in arms:
+            profile(arm, args.profile, device)
 
 
 def profile(arm: Arm, steps: int, device: torch.device) -> None:

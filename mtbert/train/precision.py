@@ -12,6 +12,17 @@ import torch
 
 from mtbert.train import measure
 
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # Attention kernels that take any shape without planning for it (see _cuda_bf16).
+    ANY_SHAPE = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+except ImportError:  # torch before 2.3 has neither the choice nor cuDNN's kernel
+    ANY_SHAPE = None
+
+    def sdpa_kernel(_backends):
+        return nullcontext()
+
 
 def use_bf16(precision: str, device: torch.device) -> bool:
     """train.precision: auto is bf16 on CUDA and on CPUs with native bf16 matmuls."""
@@ -35,18 +46,8 @@ def _cuda_bf16() -> Iterator[None]:
     """bf16 autocast on CUDA, with attention kept off cuDNN's kernel. For bf16 on Hopper that
     is scaled_dot_product_attention's first choice, and it plans anew for every shape it has
     not seen: here every step's batch has its own longest row, so it planned at every call,
-    3-5 ms of host time each, and a MiniLM step on an H200 ran at a quarter of the fp32
-    step's speed (docs/benchmarks.md). The flash and memory-efficient kernels take any shape."""
+    3-5 ms of host time each, about 30% of a MiniLM bf16 step on an H200 (docs/benchmarks.md).
+    The flash and memory-efficient kernels take any shape."""
     with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(ANY_SHAPE):
         yield
 
-
-try:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    ANY_SHAPE = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-except ImportError:  # torch before 2.3 has neither the choice nor cuDNN's kernel
-    ANY_SHAPE = None
-
-    def sdpa_kernel(_backends):
-        return nullcontext()
