@@ -12,7 +12,7 @@
 # evaluations it printed; TOTAL_SECONDS, when given, shortens the grid so the whole run ends
 # within it (a lent GPU's time is counted). The figures are in docs/benchmarks.md and docs/results/reference.md.
 set -u
-OUT=${1:?usage: bash bench/gpu.sh OUT [GRID_SECONDS]}
+OUT=${1:?usage: bash bench/gpu.sh OUT [GRID_SECONDS] [TOTAL_SECONDS]}
 GRID_S=${2:-300}
 END=$(( $(date +%s) + ${3:-100000} ))
 python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null ||

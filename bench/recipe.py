@@ -37,6 +37,7 @@ from mtbert.model.multitask import MultitaskModel
 from mtbert.tasks import get_task
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
 from mtbert.train.measure import cpu_has_bf16, sync
+from mtbert.train.precision import autocast_for
 from mtbert.train.weighting import make_weighting
 
 BERT_BASE = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072}
@@ -68,7 +69,10 @@ class Arm:
         self.label, self.hand = label, hand
         self.cfg = build_config(raw, {"train.precision": "bf16" if bf16 else "fp32"})
         self.device = torch.device(self.cfg.train.device)
-        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
+        # The hand loop enters plain autocast, as its user would; the mtbert arm the context a
+        # training run enters (on CUDA it also keeps attention off cuDNN's kernel).
+        self.autocast = ((lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if hand else
+                         autocast_for(self.cfg.train.precision, self.device)[1]) if bf16 else nullcontext
         self.prepared = prepared
         seed_everything(0)
         bs = self.cfg.train.batch_size
