@@ -26,6 +26,11 @@ from pathlib import Path
 import pytest
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+ROOT = Path(__file__).resolve().parents[1]
+# What mtbert and MLflow write into the working folder when a test forgets its own folder:
+# left in the repository, they ride along in every Ray job the cluster tests submit.
+LITTER = ("mlruns", "mlartifacts", "mlflow.db", "runs")
+_litter_before = pytest.StashKey[set]()  # which of them were there before the run
 GROUPS_DIR = "MTBERT_TEST_GROUPS"  # the folder, named by the controller, where workers write the groups
 
 if WORKER:
@@ -61,8 +66,20 @@ def _loadgroup(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_litter_before] = {name for name in LITTER if (ROOT / name).exists()}
     if not WORKER and _loadgroup(config) and getattr(config.option, "numprocesses", None):
         os.environ[GROUPS_DIR] = tempfile.mkdtemp(prefix="mtbert-test-groups-")  # the workers inherit it
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests keep to their own folders: what one left in the repository fails the run."""
+    if WORKER:
+        return
+    left = [name for name in LITTER if (ROOT / name).exists() and name not in session.config.stash[_litter_before]]
+    if left:
+        print(f"\ntests left {', '.join(left)} in {ROOT.name}/: a test wrote to the working folder "
+              f"instead of its tmp_path", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

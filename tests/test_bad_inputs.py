@@ -15,7 +15,7 @@ from orchestration.sweep.spec import load_sweep
 # Top-level on purpose (not in tests/orchestration, whose package name shadows `orchestration`
 # under --import-mode=importlib): the in-process calls below must reach this checkout's code.
 # The tiny sweep and its helpers are the orchestration tests' own.
-from .orchestration.conftest import TINY_BASE, free_port, write_sweep
+from .orchestration.conftest import TINY_BASE, free_port, new_experiment, write_sweep
 
 
 def error_line(capsys, argv: list[str]) -> str:
@@ -107,7 +107,7 @@ def test_importance_refuses_what_it_cannot_assess_in_one_line(tmp_path, capsys):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("two")
+    exp = new_experiment(client, "two")
     parent = client.create_run(exp, run_name="two-1", tags={"role": "sweep", "space_keys": "optim.lr"})
     for variant, lr in (("p000", "0.001"), ("p001", "0.0001")):  # two configurations: no forest to fit
         run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": variant,

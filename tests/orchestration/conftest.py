@@ -39,6 +39,13 @@ def write_sweep(path: Path, **sections) -> Path:
     return path
 
 
+def new_experiment(client, name: str) -> str:
+    """An experiment whose artifacts live beside its sqlite store. MLflow's default is ./mlruns
+    of the working folder, which under pytest is the repository."""
+    store = Path(client.tracking_uri.removeprefix("sqlite:///")).parent
+    return client.create_experiment(name, artifact_location=(store / "mlartifacts" / name).as_uri())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from .conftest import run_cli, write_sweep
+from .conftest import new_experiment, run_cli, write_sweep
 from .test_e2e import sweep_runs
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_best_prints_the_configuration_and_each_name_of_its_model(swept, tmp_pat
 def test_a_sweep_without_finished_trials_is_one_line(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("open")
+    exp = new_experiment(client, "open")
     parent = client.create_run(exp, tags={"role": "sweep"}, run_name="s0")
     client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": "p000"})
     proc = run_cli(["best", "--experiment", "open", "--tracking-uri", uri], cwd=tmp_path)

@@ -7,10 +7,12 @@ from mlflow.tracking import MlflowClient
 from orchestration.run.launch import SweepOutcome, _summary
 from orchestration.track.models import best_configuration
 
+from .conftest import new_experiment
+
 
 def _runs(tmp_path, scores: dict[str, list[float]]):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    exp = client.create_experiment("best")
+    exp = new_experiment(client, "best")
     for variant, values in scores.items():
         for seed, value in enumerate(values):
             run = client.create_run(exp, tags={"variant": variant, "trial_key": f"{variant}-s{seed}"})

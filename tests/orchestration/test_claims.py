@@ -13,6 +13,8 @@ from orchestration.sweep.claims import CLAIMS_FILE, Claim, read_claims, to_doc
 from orchestration.sweep.plan import Planner
 from orchestration.sweep.spec import load_sweep
 
+from .conftest import new_experiment
+
 # baseline I-I-I, p000 S-I-I, p001 I-S-S
 SECTIONS = dict(space={"sharing.head_regime": ["S-I-I", "I-S-S"]}, baseline={"sharing.head_regime": "I-I-I"},
                 seeds=[0, 1], tracking={"experiment": "claims-test"})
@@ -158,7 +160,7 @@ def _sweep_runs(client: MlflowClient, experiment: str, claims: list[Claim] | Non
     """A parent run as a sweep logs it (claims.json, tag claims) and one child per variant and
     seed. overall: variant -> (role, head regime param, per-seed overall)."""
     found = client.get_experiment_by_name(experiment)
-    exp_id = found.experiment_id if found else client.create_experiment(experiment)
+    exp_id = found.experiment_id if found else new_experiment(client, experiment)
     parent = client.create_run(exp_id, tags={"role": "sweep", "claims": str(len(claims or []))}).info.run_id
     if claims:
         client.log_text(parent, to_doc(claims, {"fixed": list(SEEDS)}), CLAIMS_FILE)

@@ -16,7 +16,7 @@ from orchestration.report.findings import evaluate, findings, read_runs
 from orchestration.sweep.claims import Claim
 from orchestration.sweep.claims import read_claims
 
-from .conftest import SWEEPS
+from .conftest import SWEEPS, new_experiment
 
 STUDY_FILES = sorted(str(p) for p in (SWEEPS / "study").glob("*.yaml"))
 CLAIMS = [c for path in STUDY_FILES for c in read_claims(path)]  # the study's claims, as its files declare them
@@ -27,7 +27,7 @@ SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07]  # seed-to-seed spread, shared by ever
 
 def _sweep(client: MlflowClient, experiment: str, configs: dict[str, tuple[str, dict, list[dict]]]) -> None:
     """configs: variant -> (role, params, per-seed metrics)."""
-    exp_id = client.create_experiment(experiment)
+    exp_id = new_experiment(client, experiment)
     parent = client.create_run(exp_id, tags={"role": "sweep"}).info.run_id
     for variant, (role, params, per_seed) in configs.items():
         for seed, metrics in zip(SEEDS, per_seed):

@@ -127,7 +127,8 @@ def test_leaderboard_shows_the_stored_importance_in_every_format(store, computed
     assert "not computed" not in capsys.readouterr().err
 
 
-def test_a_new_run_makes_the_stored_importance_stale(tmp_path, capsys):
+def test_a_new_run_makes_the_stored_importance_stale(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the leaderboard's Pareto plot goes to ./runs/
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("stale", artifact_location=(tmp_path / "mlartifacts").as_uri())

@@ -19,6 +19,8 @@ from orchestration.report import leaderboard as board
 from orchestration.report.leaderboard import (build_table, child_runs, render, search_child_runs, search_find_sweep,
                                        sort_table, sqlite_child_runs, sqlite_find_sweep, table_keys)
 
+from .conftest import new_experiment
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,7 +32,7 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
 def test_sql_reader_matches_search_runs(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = client.create_experiment("sweep")
+    exp = new_experiment(client, "sweep")
     parent = client.create_run(exp, tags={"role": "sweep", "tasks": "sst,para,sts",
                                           "task_metrics": "sst_acc,para_acc,sts_corr", "space_keys": "optim.lr"})
     other = client.create_run(exp, tags={"role": "sweep"})
@@ -87,7 +89,7 @@ def store(tmp_path_factory):
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("board", artifact_location=(tmp / "mlartifacts").as_uri())
-    client.create_experiment("idle")
+    new_experiment(client, "idle")
     sweep_tags = {"role": "sweep", "tasks": "sst,para,sts", "task_metrics": "sst_acc,para_acc,sts_corr",
                   "space_keys": "optim.lr", "tm_score": "wall"}
     older = client.create_run(exp, run_name="board-1", start_time=1_000, tags=sweep_tags)

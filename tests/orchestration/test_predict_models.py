@@ -16,6 +16,8 @@ from mtbert.train.loop import train
 from orchestration.track.models import log_bundle
 from tests.e2e.test_bundle import write_cs224n
 
+from .conftest import new_experiment
+
 DEV_ROWS, CAP = 70, 40
 
 
@@ -33,7 +35,7 @@ def logged(tmp_path_factory):
     result = train(cfg, output_dir=root / "out", log=None)
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(client.create_experiment("predict"))
+    run = client.create_run(new_experiment(client, "predict"))
     client.set_terminated(run.info.run_id)
     model_uri = log_bundle(uri, run.info.run_id, root / "out" / "best", register_as="sst-para-sts")
     return root, uri, run.info.run_id, model_uri, result
