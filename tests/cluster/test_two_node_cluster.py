@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -157,6 +158,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     gcs_port, dash_port, head_agent, worker_agent, mlflow_port = (free_port() for _ in range(5))
     hidden = tmp / "head-only"
     hidden.mkdir()
+    worker_tmp = None
     (hidden / "train.csv").write_text("id\tsentence\tlabel\n")
     if not can_hide_a_folder(hidden):
         hidden = None
@@ -189,9 +191,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.procs.append(head)
         deadline = time.monotonic() + START_TIMEOUT_S
         wait_http(f"{s.dashboard}/api/gcs_healthz", head, deadline)
+        # The worker keeps its own Ray folder, as a second machine would. Sharing the head's, its
+        # runtime-env agent re-extracted a job's working directory over the one the head's job
+        # driver was importing from (a ModuleNotFoundError inside the job). Short: Ray's socket
+        # paths live under it.
+        worker_tmp = tempfile.mkdtemp(prefix="mtbert-rw-", dir="/tmp")
         worker_cmd = [str(BIN / "ray"), "start", "--address", s.gcs, "--block", "--node-ip-address", WORKER_IP,
                       "--num-cpus", "1", "--dashboard-agent-listen-port", str(worker_agent),
-                      "--disable-usage-stats"]
+                      "--temp-dir", worker_tmp, "--disable-usage-stats"]
         if hidden is not None:
             worker_cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                           f'mount -t tmpfs tmpfs {shlex.quote(str(hidden))} && exec "$@"', "sh", *worker_cmd]
@@ -202,6 +209,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
     finally:
         stop_all(list(reversed(s.procs)))
+        if worker_tmp:
+            shutil.rmtree(worker_tmp, ignore_errors=True)
 
 
 def ensure_user(stack: Stack) -> str:
