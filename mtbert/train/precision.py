@@ -46,8 +46,9 @@ def _cuda_bf16() -> Iterator[None]:
     """bf16 autocast on CUDA, with attention kept off cuDNN's kernel. For bf16 on Hopper that
     is scaled_dot_product_attention's first choice, and it plans anew for every shape it has
     not seen: here every step's batch has its own longest row, so it planned at every call,
-    3-5 ms of host time each, about 30% of a MiniLM bf16 step on an H200 (docs/benchmarks.md).
-    The flash and memory-efficient kernels take any shape."""
+    3-5 ms of host time each. The flash and memory-efficient kernels take any shape: with them
+    the bf16 step ran 1.7-3.2x faster on an H200 on CS224N's rows, and 3-4% slower where every
+    row is 128 tokens and cuDNN plans once (docs/benchmarks.md)."""
     with torch.autocast("cuda", dtype=torch.bfloat16), sdpa_kernel(ANY_SHAPE):
         yield
 
