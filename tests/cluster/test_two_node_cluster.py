@@ -19,7 +19,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from typing import Iterator
 import pytest
 import yaml
 
+from tests.orchestration.conftest import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 BIN = Path(sys.executable).parent
@@ -42,12 +43,6 @@ START_TIMEOUT_S = 240.0  # two Ray nodes and an MLflow server on a busy 2-core r
 pytestmark = [pytest.mark.slow, pytest.mark.solo,
               pytest.mark.skipif(not (BIN / "ray").exists() or not (BIN / "mlflow").exists(),
                                  reason="needs the ray and mlflow executables of this venv")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def can_hide_a_folder(folder: Path) -> bool:
