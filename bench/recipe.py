@@ -55,9 +55,9 @@ def raw_config(device: str, encoder: str, batch_size: int) -> dict:
                      "cache_dir": str(ROOT / ".mtbert_cache")}}
 
 
-def repeated_data(k: int, into: Path) -> Path:
-    """The CS224N files with every sentence written k times over (same rows, same labels)."""
-    for src in MINBERT.glob("*.csv"):
+def repeated_data(k: int, source: Path, into: Path) -> Path:
+    """The CS224N files of `source` with every sentence written k times over (same rows, same labels)."""
+    for src in source.glob("*.csv"):
         lines = src.read_text(encoding="utf-8").splitlines()
         header = lines[0].split("\t")
         text = [i for i, name in enumerate(header) if name.strip().startswith("sentence")]
@@ -172,7 +172,7 @@ def main() -> None:
         raise SystemExit("bench/recipe.py: --device cuda, but no CUDA device is visible")
     raw = raw_config(args.device, args.encoder, args.batch_size)
     if args.repeat > 1:
-        raw["data"]["dir"] = str(repeated_data(args.repeat, Path(tempfile.mkdtemp(prefix="mtbert-recipe-"))))
+        raw["data"]["dir"] = str(repeated_data(args.repeat, MINBERT, Path(tempfile.mkdtemp(prefix="mtbert-recipe-"))))
     device = torch.device(args.device)
     prepared = prepare(build_config(raw), log=None)
     # Without native bf16 (AVX2-only CPUs) autocast emulates bf16 matmuls, many times slower

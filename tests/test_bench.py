@@ -66,6 +66,32 @@ def test_recipe_bench_prints_every_arm_and_mfu():
     assert ("vs hand bf16" in out) == cpu_has_bf16(), out
 
 
+def test_recipe_bench_repeats_every_sentence_and_keeps_the_rows(tmp_path, monkeypatch):
+    from mtbert.config import build_config
+    from mtbert.data.readers import load_splits
+    from tests.e2e.test_bundle import write_cs224n
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from recipe import repeated_data
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "out").mkdir()
+    for j, task in enumerate(("sst", "para", "sts")):
+        write_cs224n(tmp_path / "src", task, "train", 5, j)
+        write_cs224n(tmp_path / "src", task, "dev", 5, j + 3)
+    read = {}
+    for folder in (tmp_path / "src", repeated_data(3, tmp_path / "src", tmp_path / "out")):
+        cfg = build_config({"data": {"source": "cs224n", "dir": str(folder)}})
+        splits, _ = load_splits(cfg)
+        read[folder.name] = {task: train for task, (train, _dev) in splits.items()}
+    for task, before in read["src"].items():
+        after = read["out"][task]
+        assert [e.label for e in after] == [e.label for e in before]
+        assert [e.text for e in after] == [" ".join([e.text.strip()] * 3) for e in before]
+        if before[0].text2 is not None:
+            assert [e.text2 for e in after] == [" ".join([e.text2.strip()] * 3) for e in before]
+
+
 @pytest.mark.slow
 @pytest.mark.shared
 @pytest.mark.skipif(not MINILM.is_dir(), reason="../shared/models/all-MiniLM-L6-v2 absent")
