@@ -93,8 +93,12 @@ class Arm:
         # The hand loop enters plain autocast, as its user would; the mtbert arm the context a
         # training run enters (on CUDA it also keeps attention off cuDNN's kernel), or, with
         # `plain`, plain autocast too: the two measure that choice side by side.
-        self.autocast = ((lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if hand or plain else
-                         autocast_for(self.cfg.train.precision, self.device)[1]) if bf16 else nullcontext
+        if not bf16:
+            self.autocast = nullcontext
+        elif hand or plain:
+            self.autocast = lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)
+        else:
+            self.autocast = autocast_for(self.cfg.train.precision, self.device)[1]
         self.prepared = prepared
         seed_everything(0)
         bs = self.cfg.train.batch_size
@@ -171,10 +175,11 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("bench/recipe.py: --device cuda, but no CUDA device is visible")
     raw = raw_config(args.device, args.encoder, args.batch_size)
-    if args.repeat > 1:
-        raw["data"]["dir"] = str(repeated_data(args.repeat, MINBERT, Path(tempfile.mkdtemp(prefix="mtbert-recipe-"))))
     device = torch.device(args.device)
-    prepared = prepare(build_config(raw), log=None)
+    with tempfile.TemporaryDirectory(prefix="mtbert-recipe-") as tmp:  # read once, by prepare
+        if args.repeat > 1:
+            raw["data"]["dir"] = str(repeated_data(args.repeat, MINBERT, Path(tmp)))
+        prepared = prepare(build_config(raw), log=None)
     # Without native bf16 (AVX2-only CPUs) autocast emulates bf16 matmuls, many times slower
     # than fp32: those arms would only time the emulation, and train.precision: auto is fp32.
     bf16 = device.type == "cuda" or cpu_has_bf16()

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 from orchestration.errors import SweepError
 from orchestration.run import jobs
+from tests.orchestration.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -29,12 +29,6 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- entrypoint
