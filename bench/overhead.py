@@ -29,7 +29,10 @@ running tasks, so nothing pays that ahead of the trial; it is paid once per work
 amortises over the worker's trials (--seeds 8: twice the trials per worker).
 And for the sweep: the trials' wall (first start to last end) over their summed train + eval
 time / concurrency (goal <= 1.3), the same for the whole sweep, and the driver's time in
-MLflow per trial (tracking, overlapping the trials).
+MLflow per trial (tracking, overlapping the trials). Then that ratio split: the warm trials'
+alone (what a trial costs besides its work), and what each worker pays once: its first
+trial's extra, and Ray starting it, from Tune's start to the first trial (before any slot,
+so outside the trials' wall; the whole sweep's includes it).
   --compare  runs the sweep twice, in a fresh process (and Ray) each, side by side: the
              worker-level reuse off (MTBERT_REUSE=0: every trial loads its tokenizer, data
              and encoder again, as before) and on, and prints the ratios.
@@ -90,6 +93,9 @@ def trial_clock():
     starts, ends = {}, {}
 
     class First(tune.Callback):
+        def setup(self, **info):  # Tune's start: from here to a worker's first trial, Ray starts it
+            starts["(tune)"] = time.perf_counter()
+
         def on_trial_start(self, iteration, trials, trial, **info):
             starts[trial.config["key"]] = time.perf_counter()
 
@@ -141,7 +147,8 @@ def one_sweep(args) -> dict:
                            "pid": reports[-1].get("pid") if reports else None})
     shared = [line for line in lines if line.startswith(("data:", "frozen layers:"))]
     return {"wall": wall, "trials": trials, "shared": shared, "logging_s": outcome.logging_s,
-            "finished": outcome.finished, "n": outcome.trials, "setup": getattr(outcome, "setup", {})}
+            "finished": outcome.finished, "n": outcome.trials, "setup": getattr(outcome, "setup", {}),
+            "tune_start": starts.get("(tune)")}
 
 
 def summary(r: dict, c: int) -> dict:
@@ -151,9 +158,16 @@ def summary(r: dict, c: int) -> dict:
         t["fixed"] = t["slot"] - t["train"] - t["eval"]
     work = sum(t["train"] + t["eval"] for t in ts)
     span = max(t["end"] for t in ts) - min(t["start"] for t in ts) if ts else float("nan")
+    # Each worker's first trial pays what the worker pays once; the others are warm.
+    firsts = [min((t for t in ts if t["pid"] == pid), key=lambda t: t["start"]) for pid in {t["pid"] for t in ts}]
+    warm = [t for t in ts if t not in firsts] or ts
+    warm_slot = statistics.median(t["slot"] for t in warm) if ts else float("nan")
     return {"fixed": statistics.median(t["fixed"] for t in ts) if ts else float("nan"),
             "span_ratio": span / (work / c) if work else float("nan"),
             "wall_ratio": r["wall"] / (work / c) if work else float("nan"),
+            "warm_ratio": sum(t["slot"] for t in warm) / sum(t["train"] + t["eval"] for t in warm) if ts else float("nan"),
+            "first_extra": statistics.mean(t["slot"] - warm_slot for t in firsts) if ts else float("nan"),
+            "worker_start": (min(t["start"] for t in ts) - r["tune_start"]) if ts and r.get("tune_start") else float("nan"),
             "span": span, "work": work, "disk": statistics.median(t["disk"] for t in ts) if ts else 0,
             "workers": len({t["pid"] for t in ts})}
 
@@ -175,6 +189,10 @@ def show(r: dict, args, label: str = "") -> dict:
           f"summed train+eval {s['work']:.1f} s / {c} = {s['span_ratio']:.2f} (goal <= 1.3); whole sweep "
           f"{r['wall']:.1f} s: {s['wall_ratio']:.2f} | tracking {r['logging_s'] / n:.3f} s/trial (driver) | "
           f"{s['disk'] / MB:.2f} MB per trial on disk (median) | {s['workers']} worker process(es)")
+    print(f"  split: warm trials alone {s['warm_ratio']:.2f} (slots over their train+eval); each worker once: "
+          f"its first trial {s['first_extra']:.1f} s over a warm one's slot (imports, first loads), and "
+          f"{s['worker_start']:.1f} s from Tune's start to the first trial (Ray starting the workers; outside "
+          f"the trials' wall)")
     return s
 
 

@@ -119,7 +119,8 @@ def test_overhead_bench_splits_every_trial_slot():
     out = run("overhead.py", "--regimes", "2", "--seeds", "1", "--epochs", "1", "--steps", "1",
               "--examples", "16", "--dev-examples", "8", "--concurrency", "1")
     assert "2 of 2 trials finished" in out, out
-    table = [line.split() for line in out.splitlines() if line.startswith("  ") and not line.startswith("  median")]
+    table = [line.split() for line in out.splitlines()
+             if line.startswith("  ") and not line.startswith(("  median", "  split"))]
     assert table[0][:2] == ["trial", "slot"], out
     rows = table[1:]
     assert len(rows) == 2 and all(len(r) == 13 for r in rows), out  # the trial's key, then every column
@@ -127,6 +128,7 @@ def test_overhead_bench_splits_every_trial_slot():
         slot, fixed = float(r[1]), float(r[11])
         assert slot > 0 and 0 <= fixed <= slot, out
     assert "median fixed cost per trial" in out and "MB per trial on disk" in out, out
+    assert "warm trials alone" in out and "from Tune's start to the first trial" in out, out
     # One trial at a time: Tune runs both on the one worker it keeps (reuse_actors).
     assert "| 1 worker process(es)" in out, out
 

@@ -13,14 +13,14 @@ import math
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtbert.config import Config, to_dict
-from mtbert.data.cache import ProcessMemo, build_once, files_digest, folder_stamp
+from mtbert.data.cache import ProcessMemo, atomic_write, build_once, files_digest, folder_stamp
 from mtbert.data.readers import DataError, input_files, load_splits, resolve_files
 from mtbert.data.types import Batch, BadRows, Encoded, Example
 from mtbert.hub import pretrained_source
@@ -331,13 +331,14 @@ def _load(path: Path) -> TaskDataset | None:
 
 def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples: list[Example],
                   task: TaskSpec, encoding: str, max_length: int, cache_dir: Path,
-                  split: str) -> TaskDataset:
+                  split: str) -> tuple[TaskDataset, str]:
+    """The split tokenized, and the name of its file in `cache_dir`."""
     key = cache_key(fingerprint, examples, task, encoding, max_length)
     path = cache_dir / f"{task.name}-{split}-{key[:24]}.pt"
     ds, _ = build_once(path, _load, lambda: encode_examples(tokenizer, examples, task, encoding, max_length),
                        _save)
     ds.truncation = {**ds.truncation, "split": split}
-    return ds
+    return ds, path.name
 
 
 # --------------------------------------------------------------------------- prepare
@@ -389,7 +390,8 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
     key = _prepared_key(cfg)
     prepared = _PREPARED.get(key) if key is not None else None
     if prepared is None:
-        prepared = _prepare(cfg)
+        index = _index_path(cfg, key)
+        prepared = (index and _from_index(cfg, index)) or _prepare(cfg, index)
         if key is not None:
             _PREPARED.keep(key, prepared)
     if log is not None:
@@ -398,17 +400,60 @@ def prepare(cfg: Config, log: Callable[[str], None] | None = print) -> Prepared:
     return prepared
 
 
-def _prepare(cfg: Config) -> Prepared:
+def _prepare(cfg: Config, index: Path | None = None) -> Prepared:
     splits, bad_rows = load_splits(cfg)
     train_texts = [t for train, _ in splits.values() for e in train for t in (e.text, e.text2) if t]
     tokenizer = get_tokenizer(cfg, train_texts)
     fingerprint = tokenizer_fingerprint(tokenizer)
     cache_dir = Path(cfg.data.cache_dir)
-    train: dict[str, TaskDataset] = {}
-    dev: dict[str, TaskDataset] = {}
+    parts: dict[str, dict[str, TaskDataset]] = {"train": {}, "dev": {}}
+    files: dict[str, dict[str, str]] = {"train": {}, "dev": {}}
     for name, (train_ex, dev_ex) in splits.items():
         task = get_task(name)
-        for split, examples, out in (("train", train_ex, train), ("dev", dev_ex, dev)):
-            out[name] = encode_cached(tokenizer, fingerprint, examples, task, cfg.pairs.encoding,
-                                      cfg.max_length(name), cache_dir, split)
-    return Prepared(tokenizer, train, dev, bad_rows)
+        for split, examples in (("train", train_ex), ("dev", dev_ex)):
+            parts[split][name], files[split][name] = encode_cached(
+                tokenizer, fingerprint, examples, task, cfg.pairs.encoding, cfg.max_length(name), cache_dir, split)
+    if index is not None:
+        record = {"fingerprint": fingerprint, "files": files, "bad_rows": [asdict(b) for b in bad_rows]}
+        try:
+            atomic_write(index, lambda tmp: tmp.write_text(json.dumps(record)))
+        except DataError:  # the index saves time, nothing else: a run goes on without it
+            pass
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows)
+
+
+def _index_path(cfg: Config, key: tuple | None) -> Path | None:
+    """Where prepare() notes which cached files a setup read, for the next process that prepares
+    it. Only for a tokenizer in a local folder, whose files the key stamps: a hub name's can
+    change under the same name, and tiny's is trained on the texts themselves."""
+    if key is None or cfg.model.name_or_path == "tiny" or not key[1][2]:
+        return None
+    digest = hashlib.blake2b(repr((CACHE_VERSION, key)).encode(), digest_size=12).hexdigest()
+    return Path(cfg.data.cache_dir) / f"prepared-{digest}.json"
+
+
+def _from_index(cfg: Config, index: Path) -> Prepared | None:
+    """What an earlier process prepared from the same files, config and tokenizer folder (the
+    index's name is their digest), without reading the data files into examples nor
+    serialising the tokenizer for its fingerprint: on the CS224N data that was 0.6 s of every
+    sweep worker's first trial. None (prepare afresh) where the index or a file it names is
+    gone or unreadable."""
+    try:
+        record = json.loads(index.read_text())
+        bad_rows = [BadRows(b["file"], b["rows_read"], b["counts"], [tuple(e) for e in b["examples"]])
+                    for b in record["bad_rows"]]
+        parts: dict[str, dict[str, TaskDataset]] = {"train": {}, "dev": {}}
+        for split, files in record["files"].items():
+            for task, name in files.items():
+                ds = _load(Path(cfg.data.cache_dir) / name)
+                if ds is None:
+                    return None
+                ds.truncation = {**ds.truncation, "split": split}
+                parts[split][task] = ds
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if any(set(part) != set(cfg.tasks) for part in parts.values()):
+        return None
+    tokenizer = get_tokenizer(cfg)
+    _FINGERPRINTS[tokenizer] = (len(tokenizer), record["fingerprint"])
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows)

@@ -79,8 +79,7 @@ def reset_peak_memory(device: torch.device) -> None:
         return
     # The mark resets to the current RSS, which still holds what earlier runs in this process
     # freed but the allocator kept: collect and hand it back to the OS first (glibc only).
-    gc.collect()
-    _freeze_once()
+    _collect()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -95,18 +94,24 @@ def reset_peak_memory(device: torch.device) -> None:
 _frozen = False
 
 
-def _freeze_once() -> None:
-    """At the first run of a process, what lives then (the libraries, what the process keeps
-    between runs: mtbert/data/cache.py ProcessMemo) moves out of the collector's sight, so
-    the collection above scans only what later runs make: in a sweep worker with torch and
-    transformers loaded it took 0.3-0.6 s of every trial. Objects of that first run that
-    later become cyclic garbage stay (a run leaves a few hundred small ones, once)."""
+def _collect() -> None:
+    """A full collection, from the second run of a process on. At the first, what lives (the
+    libraries, what the process keeps between runs: mtbert/data/cache.py ProcessMemo) moves
+    out of the collector's sight instead, so later collections scan only what later runs
+    make: in a sweep worker with torch and transformers loaded a full one took 0.3-0.6 s of
+    every trial. The first run has no earlier one to collect after: a full collection there
+    scanned some 400,000 objects in 0.2 s of every worker's first trial and found no garbage,
+    so only the young generations are collected before the freeze. Objects of that first
+    run that later become cyclic garbage stay (a run leaves a few hundred small ones, once)."""
     global _frozen
     from mtbert.data.cache import REUSE_ENV
 
-    if not _frozen and os.environ.get(REUSE_ENV) != "0":
-        gc.freeze()
-        _frozen = True
+    if _frozen or os.environ.get(REUSE_ENV) == "0":
+        gc.collect()
+        return
+    gc.collect(1)
+    gc.freeze()
+    _frozen = True
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -1,9 +1,12 @@
 """The Tune callback that tracks a sweep: every trial event of the driver into its record."""
 from __future__ import annotations
 
+import logging
 import re
 import signal
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -38,6 +41,27 @@ class TrackingCallback(Callback):
 
     def __init__(self, tracking: SweepTracking):
         self.tracking = tracking
+
+    def _keep_one_model(self, trial) -> None:
+        """keep_one_model (trainable.py) in a thread of its own. Tune's loop is one thread: the
+        50-80 ms that compacting a slim bundle takes there held every worker's next trial.
+        on_experiment_end waits for what is left, so the sweep ends with its trials' folders final."""
+        if getattr(self, "_keeper", None) is None:
+            self._keeper = ThreadPoolExecutor(1, thread_name_prefix="mtbert-keep")
+            self._keeping: list[Future] = []
+        ended = SimpleNamespace(path=getattr(trial, "path", None), checkpoint=trial.checkpoint)
+        self._keeping.append(self._keeper.submit(keep_one_model, ended))
+
+    def _kept(self) -> None:
+        keeper = getattr(self, "_keeper", None)
+        if keeper is None:
+            return
+        keeper.shutdown(wait=True)
+        self._keeper = None
+        for job in self._keeping:  # a second copy costs disk, not the sweep: a warning, no more
+            if job.exception() is not None:
+                logging.getLogger(__name__).warning("a trial's model stays as two copies: %s", job.exception())
+        self._keeping = []
 
     def setup(self, **info) -> None:
         # Runs after Tune installed its own SIGINT handler: wrap it so the stop is known here
@@ -118,7 +142,7 @@ class TrackingCallback(Callback):
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=log)
         else:
             self.tracking.finish(trial.config, "FINISHED", train_log=log)
-        keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
+        self._keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
         self._storage_full()
@@ -128,13 +152,14 @@ class TrackingCallback(Callback):
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=_train_log(trial))
         else:
             self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=_train_log(trial))
-        keep_one_model(trial)  # [trainable]
+        self._keep_one_model(trial)  # [trainable]
 
     def on_experiment_end(self, trials: list, **info) -> None:
         """A trial Tune ended while the driver could not record it (killed between the two,
         or its folder full) is ended in the record from Tune's own, its last report included:
         a resumed Tune does not end it again. Tune calls this on every way out of a run
         (finished, interrupted, raised)."""
+        self._kept()
         record = self.tracking.record
         for trial in trials:
             key = (trial.config or {}).get("key")

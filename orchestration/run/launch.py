@@ -196,6 +196,12 @@ def _quiet_tune() -> None:
     # that holds its reason and no figures (trainable.FAILED): Tune must take a report
     # without the objective.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    # Tune's own loggers: the sweep passes its CSV and JSON ones (each trial folder keeps
+    # progress.csv and result.json, which Tune's analysis reads); TensorBoard's goes. MLflow
+    # holds every figure, and writing the event files took ~10 ms of the driver's loop per
+    # report, which the reporting trial waits on (bench/overhead.py). Set this to 0 to have
+    # them again.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     # A trial the driver stopped (Ctrl-C, a full disk) leaves its failed task unread by Tune;
     # its error is in the trial's error.txt, not a traceback on the sweep's console.
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
@@ -337,6 +343,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from ray import tune
 
     metric, mode = tune_metric(sweep)
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
     from orchestration.run.callbacks import TrackingCallback
     from orchestration.run.progress import ProgressPrinter
 
@@ -351,7 +359,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             name=run_name, storage_path=str(storage_dir), verbose=0,
             failure_config=tune.FailureConfig(max_failures=sweep.spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-            callbacks=[TrackingCallback(tracking), *([printer] if progress else [])]),
+            callbacks=[TrackingCallback(tracking), CSVLoggerCallback(), JsonLoggerCallback(),
+                       *([printer] if progress else [])]),
     )
     models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
     outcome = _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,

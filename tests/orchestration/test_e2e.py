@@ -119,6 +119,9 @@ def test_smoke_sweep_end_to_end(tmp_path, monkeypatch, capsys):
         [ckpt] = folder.glob("checkpoint_*")
         best = folder / "output" / "best"
         assert best.is_symlink() and best.resolve() == (ckpt / "best").resolve(), folder
+        # Tune's CSV and JSON logs stay; no TensorBoard event files (MLflow holds the figures).
+        assert (folder / "result.json").is_file() and (folder / "progress.csv").is_file(), folder
+        assert not list(folder.glob("events.out.tfevents*")), folder
     # A trial that ran its whole budget (--smoke: 2 epochs; ASHA may stop others after one)
     # keeps its history and best model in its last checkpoint, not its weights.
     whole = [f for f in trials if " epoch 2/2" in (f / "train.log").read_text()]

@@ -5,6 +5,7 @@ trial is never charged to a trial's training time; a slim bundle compacted on th
 predicts bit for bit as it did."""
 import shutil
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,37 @@ def test_prepare_is_kept_for_the_next_run_and_never_stale(tmp_path):
     other = prepare(build_config({}, {**TINY, "tasks": ["sst"], "data.source": "cs224n", "data.dir": str(data),
                                       "data.cache_dir": str(tmp_path / "cache"), "model.max_length": 4}), log=None)
     assert other is not changed  # another max_length: another entry
+
+
+def test_a_new_process_prepares_from_the_index_an_earlier_one_left(tmp_path, monkeypatch):
+    """A sweep worker's first run takes what the driver prepared from the index it left in the
+    cache folder: no data file read into examples, the same datasets, bad rows and tokenizer
+    fingerprint. Changed data, or a dataset file gone, is prepared afresh."""
+    from mtbert.data import tokenize
+    from tests.e2e.test_slim_bundle import save_encoder
+
+    monkeypatch.setenv("MTBERT_REUSE", "0")  # every prepare() here is a new process's first
+    encoder, data = save_encoder(tmp_path / "encoder"), tmp_path / "data"
+    _sst_files(data, [("a good film", 4), ("a bad film", 0), ("fine", 2)])
+    (data / "ids-sst-dev.csv").write_text((data / "ids-sst-dev.csv").read_text() + "3\tid3\tno label\n")
+    cfg = lambda: build_config({}, {**TINY, "tasks": ["sst"], "data.source": "cs224n", "data.dir": str(data),
+                                    "model.name_or_path": str(encoder), "data.cache_dir": str(tmp_path / "cache")})
+    reads, real = [], tokenize.load_splits
+    monkeypatch.setattr(tokenize, "load_splits", lambda c: reads.append(1) or real(c))
+    first = prepare(cfg(), log=None)
+    assert len(reads) == 1 and len(list((tmp_path / "cache").glob("prepared-*.json"))) == 1
+    second = prepare(cfg(), log=None)
+    assert len(reads) == 1 and second is not first
+    for split in ("train", "dev"):
+        a, b = getattr(first, split)["sst"], getattr(second, split)["sst"]
+        assert a.sides == b.sides and torch.equal(a.labels, b.labels) and a.truncation == b.truncation
+    assert second.bad_rows == first.bad_rows and second.bad_rows[-1].total == 1
+    assert tokenize.tokenizer_fingerprint(second.tokenizer) == tokenize.tokenizer_fingerprint(first.tokenizer)
+    _sst_files(data, [("a good film", 4), ("a bad film", 0), ("fine", 3)])  # one label changed
+    assert prepare(cfg(), log=None).train["sst"].labels.tolist() == [4, 0, 3] and len(reads) == 2
+    for stored in (tmp_path / "cache").glob("sst-dev-*.pt"):
+        stored.unlink()
+    assert prepare(cfg(), log=None).dev["sst"].labels.tolist() == [4, 0, 3] and len(reads) == 3
 
 
 def test_reuse_off_keeps_nothing(tmp_path, monkeypatch):
@@ -110,6 +142,12 @@ def test_compacted_weights_come_back_bit_for_bit():
     assert list(back) == list(state)
     assert all(back[k].dtype == v.dtype and torch.equal(back[k], v) for k, v in state.items())
     assert back["a.weight"].data_ptr() == back["b.weight"].data_ptr()  # shared: stored once
+    # Bundles compacted before, with the two highest planes deflated, still read bit for bit.
+    packed = _compacted({"w": state["c.bias"]})
+    planes = state["c.bias"].view(torch.uint8).reshape(-1, 4).T.contiguous().numpy()
+    packed["tensors"][0].update(raw=torch.from_numpy(planes[:2].copy()).reshape(-1), deflated=torch.frombuffer(
+        bytearray(zlib.compress(planes[2:].tobytes(), 1)), dtype=torch.uint8))
+    assert torch.equal(_expanded(packed)["w"], state["c.bias"])
 
 
 def test_a_compacted_slim_bundle_predicts_as_before(tmp_path):
