@@ -92,16 +92,24 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 _frozen = False
+_fresh = False  # fresh_process(): nothing but imports ran before this process's first run
+
+
+def fresh_process() -> None:
+    """Tell the collection below that this process has done nothing but import so far (a
+    sweep worker, at each trial's start: only its first run heeds it)."""
+    global _fresh
+    _fresh = True
 
 
 def _collect() -> None:
-    """A full collection, from the second run of a process on. At the first, what lives (the
-    libraries, what the process keeps between runs: mtbert/data/cache.py ProcessMemo) moves
-    out of the collector's sight instead, so later collections scan only what later runs
-    make: in a sweep worker with torch and transformers loaded a full one took 0.3-0.6 s of
-    every trial. The first run has no earlier one to collect after: a full collection there
-    scanned some 400,000 objects in 0.2 s of every worker's first trial and found no garbage,
-    so only the young generations are collected before the freeze. Objects of that first
+    """A full collection, and at a process's first run what lives then (the libraries, what
+    the process keeps between runs: mtbert/data/cache.py ProcessMemo) moves out of the
+    collector's sight, so later collections scan only what later runs make: in a sweep worker
+    with torch and transformers loaded a full one took 0.3-0.6 s of every trial. A fresh
+    process's first run (fresh_process) has nothing of an earlier one to collect: a full
+    collection there scanned some 400,000 objects in 0.2 s and found no garbage, so only the
+    young generations, this run's own, are collected before the freeze. Objects of a first
     run that later become cyclic garbage stay (a run leaves a few hundred small ones, once)."""
     global _frozen
     from mtbert.data.cache import REUSE_ENV
@@ -109,7 +117,7 @@ def _collect() -> None:
     if _frozen or os.environ.get(REUSE_ENV) == "0":
         gc.collect()
         return
-    gc.collect(1)
+    gc.collect(1 if _fresh else 2)
     gc.freeze()
     _frozen = True
 

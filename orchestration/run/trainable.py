@@ -89,7 +89,10 @@ def run_trial(config: dict[str, Any]) -> None:
 def _run_trial(config: dict[str, Any]) -> None:
     entered = time.perf_counter()
     from mtbert.config import ConfigError, build_config
+    from mtbert.train import measure
     from mtbert.train.loop import train
+
+    measure.fresh_process()  # a Ray worker runs trials and nothing else
 
     if "__invalid__" in config["config"]:
         raise ConfigError(f"trial {config['key']}: {config['config']['__invalid__']}")

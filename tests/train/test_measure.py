@@ -29,3 +29,22 @@ def test_cpu_peak_covers_current_use():
     block = torch.ones(100 * 2**20 // 4)
     assert measure.peak_memory_mb(CPU) >= before + 90
     del block
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_the_first_run_collects_all_but_in_a_fresh_worker_then_freezes_once(fresh, monkeypatch):
+    """Garbage of what a process did before its first run is collected before the freeze keeps
+    it for good; a sweep worker, which only imported, collects just this run's young objects."""
+    import gc
+
+    calls = []
+    monkeypatch.setattr(measure, "_frozen", False)
+    monkeypatch.setattr(measure, "_fresh", False)
+    monkeypatch.delenv("MTBERT_REUSE", raising=False)
+    monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(generation) or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    if fresh:
+        measure.fresh_process()
+    measure.reset_peak_memory(CPU)
+    measure.reset_peak_memory(CPU)
+    assert calls == [1 if fresh else 2, "freeze", 2]
