@@ -133,3 +133,16 @@ def test_packed_trunk_matches_separate_forwards():
         for b in batches:
             alone = m([b])[b.task]
             torch.testing.assert_close(together[b.task], alone, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shared", [0, L])
+def test_model_size_is_what_torch_save_writes_shared_tensors_once(shared, monkeypatch):
+    import io
+
+    from mtbert.model import multitask
+
+    m = model_for(**{"sharing.encoder_shared_layers": shared, "sharing.head_regime": "S-S-S"})
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    monkeypatch.setattr(multitask, "_SIZES", None)  # measured here, not remembered from an earlier model
+    assert multitask.model_size_mb(m) == buf.tell() / 2**20
