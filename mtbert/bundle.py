@@ -297,8 +297,9 @@ def compact_bundle(path: str | Path) -> bool:
     bytes split into planes, the highest (the sign and the exponent's top seven bits: few
     distinct values in trained weights) deflated, the rest kept as they are. Trained MiniLM
     heads shrink by about 15% and load bit for bit. (The next plane, the mantissa's top,
-    deflated by under 1% for as much time again, so it is left.) A sweep's driver does it once a trial has
-    ended. Returns whether it did; a full bundle (seconds to compact for 15%) stays as it is."""
+    deflated by under 1% for as much time again, so it is left.) A sweep's driver does it once
+    a trial has ended. Returns whether it did; a full bundle (seconds to compact for 15%) stays
+    as it is."""
     from mtbert.data.cache import atomic_write
 
     path = Path(path)

@@ -337,8 +337,14 @@ def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples
     path = cache_dir / f"{task.name}-{split}-{key[:24]}.pt"
     ds, _ = build_once(path, _load, lambda: encode_examples(tokenizer, examples, task, encoding, max_length),
                        _save)
+    return _of_split(ds, split), path.name
+
+
+def _of_split(ds: TaskDataset, split: str) -> TaskDataset:
+    """A stored dataset's truncation counts say which split they are of (the file is keyed by
+    content alone: a train and a dev split with the same rows share it)."""
     ds.truncation = {**ds.truncation, "split": split}
-    return ds, path.name
+    return ds
 
 
 # --------------------------------------------------------------------------- prepare
@@ -426,7 +432,8 @@ def _index_path(cfg: Config, key: tuple | None) -> Path | None:
     """Where prepare() notes which cached files a setup read, for the next process that prepares
     it. Only for a tokenizer in a local folder, whose files the key stamps: a hub name's can
     change under the same name, and tiny's is trained on the texts themselves."""
-    if key is None or cfg.model.name_or_path == "tiny" or not key[1][2]:
+    tokenizer = key[1] if key is not None else ()  # (name, folder, its stamp); tiny's is (name,)
+    if len(tokenizer) < 3 or not tokenizer[2]:
         return None
     digest = hashlib.blake2b(repr((CACHE_VERSION, key)).encode(), digest_size=12).hexdigest()
     return Path(cfg.data.cache_dir) / f"prepared-{digest}.json"
@@ -436,7 +443,7 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
     """What an earlier process prepared from the same files, config and tokenizer folder (the
     index's name is their digest), without reading the data files into examples nor
     serialising the tokenizer for its fingerprint: on the CS224N data that was 0.6 s of every
-    sweep worker's first trial. None (prepare afresh) where the index or a file it names is
+    sweep worker's first trial (a 2-core AVX512-BF16 EPYC; docs/benchmarks.md). None (prepare afresh) where the index or a file it names is
     gone or unreadable."""
     try:
         record = json.loads(index.read_text())
@@ -448,8 +455,7 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
                 ds = _load(Path(cfg.data.cache_dir) / name)
                 if ds is None:
                     return None
-                ds.truncation = {**ds.truncation, "split": split}
-                parts[split][task] = ds
+                parts[split][task] = _of_split(ds, split)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if any(set(part) != set(cfg.tasks) for part in parts.values()):

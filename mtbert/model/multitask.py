@@ -480,7 +480,7 @@ def model_size_mb(model: nn.Module) -> float:
 
 class _ByteCount(io.RawIOBase):
     """A file that counts what is written to it and keeps none of it: torch.save's size without
-    the copy (MiniLM in 17 ms, against 60 ms into memory)."""
+    the copy (MiniLM in 17 ms, against 60 ms into memory, on a 2-core AVX512-BF16 EPYC)."""
 
     def __init__(self):
         super().__init__()
