@@ -36,7 +36,7 @@ from _real import MINBERT, MINILM, ROOT, parse_or_skip
 from mtbert.config import build_config
 from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
-from mtbert.model.encoder import load_encoder
+from mtbert.model.encoder import encoder_config
 from mtbert.model.multitask import MultitaskModel
 from mtbert.tasks import get_task
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
@@ -53,6 +53,16 @@ def raw_config(device: str, encoder: str, batch_size: int) -> dict:
             "train": {"batch_size": batch_size, "device": device},
             "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
                      "cache_dir": str(ROOT / ".mtbert_cache")}}
+
+
+def transformers_encoder(cfg, vocab_size: int):
+    """The encoder as a user of transformers alone loads it: its own BertModel (mtbert's runs on
+    mtbert/model/bert.py), the same weights."""
+    from transformers import AutoModel, BertConfig, BertModel
+
+    if cfg.model.name_or_path == "tiny":
+        return BertModel(BertConfig(**encoder_config(cfg, vocab_size).to_dict()))
+    return AutoModel.from_pretrained(cfg.model.name_or_path)
 
 
 def repeated_data(k: int, source: Path, into: Path) -> Path:
@@ -106,7 +116,7 @@ class Arm:
         self.tokens = self.seqs = 0
         self.seconds = 0.0
         if hand:
-            self.encoder = load_encoder(self.cfg, len(prepared.tokenizer)).to(self.device)
+            self.encoder = transformers_encoder(self.cfg, len(prepared.tokenizer)).to(self.device)
             h = self.encoder.config.hidden_size
             self.heads = torch.nn.ModuleDict({t: torch.nn.Linear(4 * h if get_task(t).pair else h,
                                                                  get_task(t).out_dim) for t in self.cfg.tasks})

@@ -368,13 +368,11 @@ def _bundle_folder(path: str | Path) -> Path:
 
 def _stored_model(path: Path, cfg, meta: dict):
     """The model of a bundle that stores every weight: its architecture, random weights."""
-    from transformers import AutoConfig
-
-    from mtbert.model.encoder import encoder_config
+    from mtbert.model.encoder import config_of, encoder_config
     from mtbert.model.multitask import MultitaskModel
 
     if (path / "encoder" / "config.json").is_file():
-        architecture = AutoConfig.from_pretrained(str(path / "encoder"))
+        architecture = config_of(str(path / "encoder"))
     elif cfg.model.name_or_path == "tiny":  # bundles written before tiny ones had encoder/
         architecture = encoder_config(cfg, meta["vocab_size"])
     else:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtbert.config import Config, to_dict
 from mtbert.data.cache import ProcessMemo, atomic_write, build_once, files_digest, folder_stamp
@@ -25,6 +26,9 @@ from mtbert.data.readers import DataError, input_files, load_splits, resolve_fil
 from mtbert.data.types import Batch, BadRows, Encoded, Example
 from mtbert.hub import pretrained_source
 from mtbert.tasks import TaskSpec, get_task
+
+if TYPE_CHECKING:  # transformers is imported where a tokenizer is loaded, not with this module
+    from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4, in this order
 TINY_VOCAB_SIZE = 8192  # a cap: the synthetic data needs a few hundred entries, real data fills it
@@ -43,6 +47,8 @@ def get_tokenizer(cfg: Config, texts: Iterable[str] = ()) -> PreTrainedTokenizer
 
 
 def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     source, kwargs = pretrained_source(name, DataError)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -116,6 +122,8 @@ def _by_count(counts: Counter[str]) -> list[str]:
 
 
 def _wrap(path: Path) -> PreTrainedTokenizerFast:
+    from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast(
         tokenizer_file=str(path), pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
         sep_token="[SEP]", mask_token="[MASK]", model_max_length=512,
@@ -144,6 +152,33 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
 
 
 _FINGERPRINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class LazyTokenizer:
+    """A pretrained model's tokenizer, loaded at its first use beyond its size, padding id and
+    fingerprint. A run whose tokenized data the prepared index names (a sweep worker's first
+    trial, say) trains and writes a slim bundle with those three alone, and loading
+    transformers' tokenizer classes cost it 0.6 s (a 2-core AVX512-BF16 EPYC)."""
+
+    def __init__(self, name: str, size: int, pad_id: int, fingerprint: str):
+        self.name, self.size, self.pad_token_id = name, size, pad_id
+        _FINGERPRINTS[self] = (size, fingerprint)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def loaded(self) -> PreTrainedTokenizerFast:
+        if "_tokenizer" not in self.__dict__:
+            self._tokenizer = _pretrained_tokenizer(self.name)
+        return self._tokenizer
+
+    def __getattr__(self, attr: str):  # anything else: the tokenizer itself
+        if attr.startswith("__") or attr == "_tokenizer":
+            raise AttributeError(attr)
+        return getattr(self.loaded(), attr)
+
+    def __call__(self, *args, **kwargs):
+        return self.loaded()(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------- datasets
@@ -420,7 +455,8 @@ def _prepare(cfg: Config, index: Path | None = None) -> Prepared:
             parts[split][name], files[split][name] = encode_cached(
                 tokenizer, fingerprint, examples, task, cfg.pairs.encoding, cfg.max_length(name), cache_dir, split)
     if index is not None:
-        record = {"fingerprint": fingerprint, "files": files, "bad_rows": [asdict(b) for b in bad_rows]}
+        record = {"fingerprint": fingerprint, "size": len(tokenizer), "pad_token_id": pad_token_id(tokenizer),
+                  "files": files, "bad_rows": [asdict(b) for b in bad_rows]}
         try:
             atomic_write(index, lambda tmp: tmp.write_text(json.dumps(record)))
         except DataError:  # the index saves time, nothing else: a run goes on without it
@@ -441,10 +477,11 @@ def _index_path(cfg: Config, key: tuple | None) -> Path | None:
 
 def _from_index(cfg: Config, index: Path) -> Prepared | None:
     """What an earlier process prepared from the same files, config and tokenizer folder (the
-    index's name is their digest), without reading the data files into examples nor
-    serialising the tokenizer for its fingerprint: on the CS224N data that was 0.6 s of every
-    sweep worker's first trial (a 2-core AVX512-BF16 EPYC; docs/benchmarks.md). None (prepare afresh) where the index or a file it names is
-    gone or unreadable."""
+    index's name is their digest), without reading the data files into examples, nor serialising
+    the tokenizer for its fingerprint, nor loading it (LazyTokenizer): on the CS224N data the
+    first two were 0.6 s of every sweep worker's first trial (a 2-core AVX512-BF16 EPYC;
+    docs/benchmarks.md). None (prepare afresh) where the index or a file it names is gone or
+    unreadable, or an older index lacks the tokenizer's size."""
     try:
         record = json.loads(index.read_text())
         bad_rows = [BadRows(b["file"], b["rows_read"], b["counts"], [tuple(e) for e in b["examples"]])
@@ -456,10 +493,10 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
                 if ds is None:
                     return None
                 parts[split][task] = _of_split(ds, split)
+        tokenizer = LazyTokenizer(cfg.model.name_or_path, int(record["size"]), int(record["pad_token_id"]),
+                                  record["fingerprint"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if any(set(part) != set(cfg.tasks) for part in parts.values()):
         return None
-    tokenizer = get_tokenizer(cfg)
-    _FINGERPRINTS[tokenizer] = (len(tokenizer), record["fingerprint"])
     return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows)

@@ -9,9 +9,10 @@ from mtbert.model.sharing import check_depth
 
 
 def encoder_config(cfg: Config, vocab_size: int | None = None):
-    """The encoder's transformers config, read without loading weights (cheap), so that
-    layer counts can be checked before any compute is spent."""
-    from transformers import AutoConfig, BertConfig
+    """The encoder's config, read without loading weights (cheap), so that layer counts can
+    be checked before any compute is spent: mtbert's own BertConfig where mtbert/model/bert.py
+    builds the model, else transformers'."""
+    from mtbert.model.bert import BertConfig
 
     m = cfg.model
     if m.name_or_path == "tiny":
@@ -27,10 +28,41 @@ def encoder_config(cfg: Config, vocab_size: int | None = None):
     if Path(source).is_dir():
         check_model_folder(m.name_or_path, Path(source))
     try:
-        return AutoConfig.from_pretrained(source, **kwargs)
+        return config_of(source, kwargs)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"model.name_or_path: cannot load '{m.name_or_path}' "
                           f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})") from None
+
+
+def config_of(source: str, kwargs: dict | None = None):
+    """The config at `source` (a folder, or a hub name with its from_pretrained arguments):
+    mtbert's BertConfig when the folder holds a BERT it builds itself, else transformers'."""
+    from mtbert.model.bert import BertConfig
+
+    folder = local_folder(source, kwargs or {})
+    native = BertConfig.from_folder(folder) if folder is not None else None
+    if native is not None:
+        return native
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(source, **(kwargs or {}))
+
+
+def local_folder(source: str, kwargs: dict) -> Path | None:
+    """The folder holding `source`'s config.json: itself, or a hub name's snapshot in the local
+    Hugging Face cache (pretrained_source says local_files_only when it is there). None where
+    it is not on disk: transformers fetches it."""
+    folder = Path(source)
+    if not folder.is_dir():
+        if not kwargs.get("local_files_only"):
+            return None
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(source, "config.json")
+        if not isinstance(found, str):
+            return None
+        folder = Path(found).parent
+    return folder if (folder / "config.json").is_file() else None
 
 
 # The weight files AutoModel can load into torch (single file or sharded with an index).
@@ -61,26 +93,46 @@ def position_limit(enc_config) -> int | None:
 
 def load_encoder(cfg: Config, vocab_size: int | None = None, architecture=None):
     """A BertModel-like module with .embeddings, .encoder.layer and (optionally) .pooler.
-    `architecture` (a transformers config) builds that encoder with random weights and never
+    `architecture` (an encoder config) builds that encoder with random weights and never
     reads `model.name_or_path`: a model bundle loads its own weights, and the folder or hub
-    name it was trained from need not exist where it is loaded."""
-    from transformers import AutoModel, BertModel
+    name it was trained from need not exist where it is loaded. A BERT is mtbert's own
+    (mtbert/model/bert.py: no transformers import); any other family is transformers'."""
+    from mtbert.model.bert import Bert, BertConfig, read_checkpoint
 
     if architecture is not None:
-        enc = AutoModel.from_config(architecture)
+        enc = Bert(architecture) if isinstance(architecture, BertConfig) else _auto_model().from_config(architecture)
     elif cfg.model.name_or_path == "tiny":
-        enc = BertModel(encoder_config(cfg, vocab_size), add_pooling_layer=True)
+        enc = Bert(encoder_config(cfg, vocab_size))
     else:
-        encoder_config(cfg)  # readable error for a missing directory or unknown hub name
+        config = encoder_config(cfg)  # readable error for a missing directory or unknown hub name
         source, kwargs = pretrained_source(cfg.model.name_or_path, ConfigError)
-        enc, info = AutoModel.from_pretrained(source, output_loading_info=True, **kwargs)
+        folder = local_folder(source, kwargs) if isinstance(config, BertConfig) else None
+        try:
+            state = read_checkpoint(folder) if folder is not None else None
+        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line naming it
+            raise ConfigError(f"model.name_or_path: cannot read the weights in {folder} "
+                              f"({type(exc).__name__}: {str(exc).strip()[:200]})") from None
+        if state is not None:
+            enc = Bert(config)
+            try:
+                enc.mtbert_new_params = enc.load_checkpoint(state)
+            except ValueError as exc:
+                raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}': {exc}") from None
+        else:
+            enc, info = _auto_model().from_pretrained(source, output_loading_info=True, **kwargs)
+            enc.mtbert_new_params = set(info.get("missing_keys", ()))
         # Which parameters start from random init decides their learning rate (optim.head_lr).
-        enc.mtbert_new_params = set(info.get("missing_keys", ()))
         enc.mtbert_origin = weights_origin(source)
     if not (hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")):
         raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}' is not a BERT-family "
                           "encoder (needs .embeddings and .encoder.layer)")
     return enc
+
+
+def _auto_model():
+    from transformers import AutoModel
+
+    return AutoModel
 
 
 def weights_origin(source: str) -> tuple | None:

@@ -181,8 +181,8 @@ class MultitaskModel(nn.Module):
         if self.pooling == "pooler":
             pooler = enc.pooler
             if pooler is None:
-                from transformers.models.bert.modeling_bert import BertPooler
-                pooler = BertPooler(enc.config)
+                from mtbert.model.bert import Pooler
+                pooler = Pooler(enc.config)
             # The pooler sits above layer L: shared only when every layer is (1-bert).
             self.poolers.update({t: pooler if k == n else copy.deepcopy(pooler) for t in names})
         hidden = enc.config.hidden_size

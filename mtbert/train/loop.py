@@ -7,6 +7,7 @@ MLflow metrics, `mtbert train` into log lines.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -117,12 +118,23 @@ def make_optimizer(model: MultitaskModel, cfg: Config, extra: list[torch.nn.Para
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
     """optim.schedule over `total_steps` optimizer steps, after optim.warmup."""
-    from transformers import get_scheduler
-
     w = cfg.optim.warmup
     warmup = int(w) if w >= 1 else int(round(w * total_steps))
-    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[cfg.optim.schedule]
-    return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(
+        lr_factor, schedule=cfg.optim.schedule, warmup=warmup, total=total_steps))
+
+
+def lr_factor(step: int, schedule: str, warmup: int, total: int) -> float:
+    """The learning rate's multiplier at optimizer step `step`: a linear ramp from 0 over
+    `warmup` steps, then constant, a straight line to 0 at `total`, or half a cosine to 0 (the
+    schedules BERT fine-tuning uses, as transformers defines them)."""
+    if step < warmup:
+        return step / max(1, warmup)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "linear":
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((step - warmup) / max(1, total - warmup)))))
 
 
 def steps_per_epoch(cfg: Config, sizes: dict[str, int]) -> int:
