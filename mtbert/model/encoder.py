@@ -113,11 +113,11 @@ def load_encoder(cfg: Config, vocab_size: int | None = None, architecture=None):
             raise ConfigError(f"model.name_or_path: cannot read the weights in {folder} "
                               f"({type(exc).__name__}: {str(exc).strip()[:200]})") from None
         if state is not None:
-            enc = Bert(config)
             try:
-                enc.mtbert_new_params = enc.load_checkpoint(state)
+                enc, new_params = Bert.pretrained(config, state)
             except ValueError as exc:
                 raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}': {exc}") from None
+            enc.mtbert_new_params = new_params
         else:
             enc, info = _auto_model().from_pretrained(source, output_loading_info=True, **kwargs)
             enc.mtbert_new_params = set(info.get("missing_keys", ()))
