@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import torch

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# What a config.json may say and still be this module's BERT. The defaults are BERT's own.
+# The keys this module reads, with BERT's own values where a config.json leaves one out.
 DEFAULTS: dict[str, Any] = {
     "model_type": "bert", "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
     "num_attention_heads": 12, "intermediate_size": 3072, "hidden_act": "gelu",
