@@ -389,6 +389,13 @@ class Prepared:
     train: dict[str, TaskDataset]
     dev: dict[str, TaskDataset]
     bad_rows: list[BadRows]
+    # split -> task -> the cached file's name in data.cache_dir, "<task>-<split>-<key>.pt"
+    files: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def digest(self, split: str, task: str) -> str:
+        """The split's tokenization-cache key (its first 24 hex digits), as its file is named:
+        what identifies these rows as tokenized for this model."""
+        return self.files[split][task].removesuffix(".pt").rsplit("-", 1)[1]
 
     def truncation(self) -> list[Truncation]:
         """Per task and split, train first; what max_length (per task) cut."""
@@ -460,7 +467,7 @@ def _prepare(cfg: Config, index: Path | None = None) -> Prepared:
             atomic_write(index, lambda tmp: tmp.write_text(json.dumps(record)))
         except DataError:  # the index saves time, nothing else: a run goes on without it
             pass
-    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows)
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, files)
 
 
 def _index_path(cfg: Config, key: tuple | None) -> Path | None:
@@ -498,4 +505,4 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
         return None
     if any(set(part) != set(cfg.tasks) for part in parts.values()):
         return None
-    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows)
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, record["files"])

@@ -35,32 +35,30 @@ def data_signature(config: dict[str, Any]) -> str:
 
 def data_summary(config: dict[str, Any]) -> dict:
     """Per task and split: rows, source, tokenization-cache key; and the bad-row summaries.
-    Memoized per data setup: the trials of a sweep share a handful."""
+    Memoized per data setup: the trials of a sweep share a handful. Read from what prepare()
+    made (the launcher has prepared every setup before this runs, so it is the process's own
+    or the prepared index's): reading the files and the tokenizer again cost a sweep's start
+    seconds."""
     from mtbert.config import build_config
-    from mtbert.data.readers import load_splits
-    from mtbert.data.tokenize import cache_key, get_tokenizer, tokenizer_fingerprint
+    from mtbert.data.tokenize import prepare
     from mtbert.tasks import get_task
 
     signature = data_signature(config)
     if signature in _DATA_MEMO:
         return _DATA_MEMO[signature]
     cfg = build_config(config)
-    splits, bad_rows = load_splits(cfg)
-    texts = [t for train, _ in splits.values() for e in train for t in (e.text, e.text2) if t]
-    fingerprint = tokenizer_fingerprint(get_tokenizer(cfg, texts))
-    files = {b.file: b for b in bad_rows}
+    prepared = prepare(cfg, log=None)
+    files = {b.file: b for b in prepared.bad_rows}
     datasets = []
-    for name, (train, dev) in splits.items():
-        task = get_task(name)
-        for split, examples in (("train", train), ("dev", dev)):
-            key = cache_key(fingerprint, examples, task, cfg.pairs.encoding, cfg.max_length(name))
-            source = _source(cfg, task, split)
+    for name in cfg.tasks:
+        for split in ("train", "dev"):
+            source = _source(cfg, get_task(name), split)
             bad = files.get(source.get("uri", ""))
-            datasets.append({"name": f"{name}-{split}", "task": name, "split": split, "rows": len(examples),
-                             "digest": key[:24], "source": source,
-                             "bad_rows": bad.total if bad is not None else 0})
-    summary = {"datasets": datasets, "bad_rows": [b.summary() for b in bad_rows],
-               "bad_total": sum(b.total for b in bad_rows)}
+            datasets.append({"name": f"{name}-{split}", "task": name, "split": split,
+                             "rows": len(getattr(prepared, split)[name]), "digest": prepared.digest(split, name),
+                             "source": source, "bad_rows": bad.total if bad is not None else 0})
+    summary = {"datasets": datasets, "bad_rows": [b.summary() for b in prepared.bad_rows],
+               "bad_total": sum(b.total for b in prepared.bad_rows)}
     _DATA_MEMO[signature] = summary
     return summary
 
