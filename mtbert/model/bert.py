@@ -187,7 +187,7 @@ class Bert(nn.Module):
     def pretrained(cls, config: BertConfig, state: dict[str, torch.Tensor]) -> tuple["Bert", set[str]]:
         """The encoder holding a checkpoint's tensors, and the names it lacked (initialised as
         BERT initialises). Built empty and filled: drawing MiniLM's 22 million random numbers
-        only to overwrite them cost every trial a fifth of a second."""
+        only to overwrite them cost every trial 0.16-0.23 s (a 2-core AVX512-BF16 EPYC)."""
         with torch.device("meta"):
             enc = cls(config, init=False)
         enc.to_empty(device="cpu")
