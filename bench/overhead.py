@@ -23,10 +23,11 @@ Per trial it prints the split of its slot (the driver's trial start to its end):
   fixed       slot - train - eval: what the trial costs besides its work (goal: median <= 1 s)
   disk MB     the trial's folder on disk once the sweep has ended
 A worker's first trial also pays the imports (torch and mtbert; transformers only where the
-data must be tokenized or the encoder is not a BERT) and the first model build (setup, model). Ray Tune starts each trial actor in a fresh worker process: not one of
-the workers Ray prestarts, nor one that a runtime_env worker_process_setup_hook warmed by
-running tasks, so nothing pays that ahead of the trial; it is paid once per worker and
-amortises over the worker's trials (--seeds 8: twice the trials per worker).
+data must be tokenized or the encoder is not a BERT) and the first model build (setup,
+model). Ray Tune starts each trial actor in a fresh worker process: not one of the workers
+Ray prestarts, nor one that a runtime_env worker_process_setup_hook warmed by running tasks,
+so nothing pays that ahead of the trial; it is paid once per worker and amortises over the
+worker's trials (--seeds 8: twice the trials per worker).
 And for the sweep: the trials' wall (first start to last end) over their summed train + eval
 time / concurrency (goal <= 1.3), the same for the whole sweep, and the driver's time in
 MLflow per trial (tracking, overlapping the trials). Then that ratio split: the warm trials'

@@ -366,12 +366,15 @@ def _load(path: Path) -> TaskDataset | None:
 def encode_cached(tokenizer: PreTrainedTokenizerFast, fingerprint: str, examples: list[Example],
                   task: TaskSpec, encoding: str, max_length: int, cache_dir: Path,
                   split: str) -> tuple[TaskDataset, str]:
-    """The split tokenized, and the name of its file in `cache_dir`."""
-    key = cache_key(fingerprint, examples, task, encoding, max_length)
-    path = cache_dir / f"{task.name}-{split}-{key[:24]}.pt"
-    ds, _ = build_once(path, _load, lambda: encode_examples(tokenizer, examples, task, encoding, max_length),
-                       _save)
-    return _of_split(ds, split), path.name
+    """The split tokenized, and its digest (the key its file in `cache_dir` is named by)."""
+    digest = cache_key(fingerprint, examples, task, encoding, max_length)[:24]
+    ds, _ = build_once(cache_dir / _stored_name(task.name, split, digest), _load,
+                       lambda: encode_examples(tokenizer, examples, task, encoding, max_length), _save)
+    return _of_split(ds, split), digest
+
+
+def _stored_name(task: str, split: str, digest: str) -> str:
+    return f"{task}-{split}-{digest}.pt"
 
 
 def _of_split(ds: TaskDataset, split: str) -> TaskDataset:
@@ -389,13 +392,9 @@ class Prepared:
     train: dict[str, TaskDataset]
     dev: dict[str, TaskDataset]
     bad_rows: list[BadRows]
-    # split -> task -> the cached file's name in data.cache_dir, "<task>-<split>-<key>.pt"
-    files: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def digest(self, split: str, task: str) -> str:
-        """The split's tokenization-cache key (its first 24 hex digits), as its file is named:
-        what identifies these rows as tokenized for this model."""
-        return self.files[split][task].removesuffix(".pt").rsplit("-", 1)[1]
+    # split -> task -> its tokenization-cache key (24 hex digits), which names its stored file:
+    # what identifies these rows as tokenized for this model
+    digests: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def truncation(self) -> list[Truncation]:
         """Per task and split, train first; what max_length (per task) cut."""
@@ -454,20 +453,20 @@ def _prepare(cfg: Config, index: Path | None = None) -> Prepared:
     fingerprint = tokenizer_fingerprint(tokenizer)
     cache_dir = Path(cfg.data.cache_dir)
     parts: dict[str, dict[str, TaskDataset]] = {"train": {}, "dev": {}}
-    files: dict[str, dict[str, str]] = {"train": {}, "dev": {}}
+    digests: dict[str, dict[str, str]] = {"train": {}, "dev": {}}
     for name, (train_ex, dev_ex) in splits.items():
         task = get_task(name)
         for split, examples in (("train", train_ex), ("dev", dev_ex)):
-            parts[split][name], files[split][name] = encode_cached(
+            parts[split][name], digests[split][name] = encode_cached(
                 tokenizer, fingerprint, examples, task, cfg.pairs.encoding, cfg.max_length(name), cache_dir, split)
     if index is not None:
         record = {"fingerprint": fingerprint, "size": len(tokenizer), "pad_token_id": pad_token_id(tokenizer),
-                  "files": files, "bad_rows": [asdict(b) for b in bad_rows]}
+                  "digests": digests, "bad_rows": [asdict(b) for b in bad_rows]}
         try:
             atomic_write(index, lambda tmp: tmp.write_text(json.dumps(record)))
         except DataError:  # the index saves time, nothing else: a run goes on without it
             pass
-    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, files)
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, digests)
 
 
 def _index_path(cfg: Config, key: tuple | None) -> Path | None:
@@ -487,15 +486,15 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
     the tokenizer for its fingerprint, nor loading it (LazyTokenizer): on the CS224N data the
     first two were 0.6 s of every sweep worker's first trial (a 2-core AVX512-BF16 EPYC;
     docs/benchmarks.md). None (prepare afresh) where the index or a file it names is gone or
-    unreadable, or an older index lacks the tokenizer's size."""
+    unreadable, or an older index lacks what this one records (the tokenizer's size, digests)."""
     try:
         record = json.loads(index.read_text())
         bad_rows = [BadRows(b["file"], b["rows_read"], b["counts"], [tuple(e) for e in b["examples"]])
                     for b in record["bad_rows"]]
         parts: dict[str, dict[str, TaskDataset]] = {"train": {}, "dev": {}}
-        for split, files in record["files"].items():
-            for task, name in files.items():
-                ds = _load(Path(cfg.data.cache_dir) / name)
+        for split, digests in record["digests"].items():
+            for task, digest in digests.items():
+                ds = _load(Path(cfg.data.cache_dir) / _stored_name(task, split, digest))
                 if ds is None:
                     return None
                 parts[split][task] = _of_split(ds, split)
@@ -505,4 +504,4 @@ def _from_index(cfg: Config, index: Path) -> Prepared | None:
         return None
     if any(set(part) != set(cfg.tasks) for part in parts.values()):
         return None
-    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, record["files"])
+    return Prepared(tokenizer, parts["train"], parts["dev"], bad_rows, record["digests"])

@@ -69,6 +69,12 @@ class BertConfig:
         (folder / "config.json").write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, 1, 1, T) from a (B, T) 0/1 mask: 0 where attended, a large negative where padded,
+    what every layer adds to its attention scores (transformers' layers take it too)."""
+    return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
 class Embeddings(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
@@ -217,9 +223,7 @@ class Bert(nn.Module):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's hidden states (B, T, hidden)."""
         h = self.embeddings(input_ids, token_type_ids)
-        mask = None
-        if attention_mask is not None:
-            mask = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        mask = additive_mask(attention_mask, h.dtype) if attention_mask is not None else None
         for layer in self.encoder.layer:
             h = layer(h, mask)
         return h

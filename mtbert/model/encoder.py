@@ -39,7 +39,7 @@ def config_of(source: str, kwargs: dict | None = None):
     mtbert's BertConfig when the folder holds a BERT it builds itself, else transformers'."""
     from mtbert.model.bert import BertConfig
 
-    folder = local_folder(source, kwargs or {})
+    folder = local_folder(source)
     native = BertConfig.from_folder(folder) if folder is not None else None
     if native is not None:
         return native
@@ -48,17 +48,17 @@ def config_of(source: str, kwargs: dict | None = None):
     return AutoConfig.from_pretrained(source, **(kwargs or {}))
 
 
-def local_folder(source: str, kwargs: dict) -> Path | None:
+def local_folder(source: str) -> Path | None:
     """The folder holding `source`'s config.json: itself, or a hub name's snapshot in the local
-    Hugging Face cache (pretrained_source says local_files_only when it is there). None where
-    it is not on disk: transformers fetches it."""
+    Hugging Face cache. None where it is not on disk: transformers fetches it."""
     folder = Path(source)
     if not folder.is_dir():
-        if not kwargs.get("local_files_only"):
-            return None
-        from huggingface_hub import try_to_load_from_cache
+        try:
+            from huggingface_hub import try_to_load_from_cache
 
-        found = try_to_load_from_cache(source, "config.json")
+            found = try_to_load_from_cache(source, "config.json")
+        except Exception:  # noqa: BLE001 - not a hub id the cache knows: not on disk
+            return None
         if not isinstance(found, str):
             return None
         folder = Path(found).parent
@@ -106,7 +106,7 @@ def load_encoder(cfg: Config, vocab_size: int | None = None, architecture=None):
     else:
         config = encoder_config(cfg)  # readable error for a missing directory or unknown hub name
         source, kwargs = pretrained_source(cfg.model.name_or_path, ConfigError)
-        folder = local_folder(source, kwargs) if isinstance(config, BertConfig) else None
+        folder = local_folder(source) if isinstance(config, BertConfig) else None
         try:
             state = read_checkpoint(folder) if folder is not None else None
         except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: one line naming it
@@ -142,17 +142,9 @@ def weights_origin(source: str) -> tuple | None:
     is unknown."""
     from mtbert.data.cache import folder_stamp
 
-    folder = Path(source)
-    if not folder.is_dir():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            found = try_to_load_from_cache(source, "config.json")
-        except Exception:  # noqa: BLE001 - no origin: nothing is reused
-            return None
-        if not isinstance(found, str):
-            return None
-        folder = Path(found).parent
+    folder = local_folder(source)
+    if folder is None:
+        return None
     stamp = folder_stamp(folder)
     return (str(folder.resolve()), stamp) if stamp else None
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from mtbert.config import Config, ConfigError
 from mtbert.data.types import Batch, Encoded
+from mtbert.model.bert import additive_mask
 from mtbert.model.dropout import cheapen
 from mtbert.model.encoder import load_encoder
 from mtbert.model.heads import Heads
@@ -131,12 +132,6 @@ def call_cost(setting: bool | None, hidden: int, device: torch.device) -> float:
     if setting is False or (setting is None and device.type != "cpu"):
         return math.inf
     return CALL_COST_AT_384 * (384 / hidden) ** 2
-
-
-def _additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    # (B, 1, 1, T): 0 where attended, a large negative where padded; both eager and SDPA
-    # attention in transformers add it to the scores.
-    return (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
 class MultitaskModel(nn.Module):
@@ -303,7 +298,7 @@ class MultitaskModel(nn.Module):
     def _stack(self, layers: Sequence[nn.Module], first: int, h: torch.Tensor, mask2: torch.Tensor,
                row_tasks: list[str]) -> torch.Tensor:
         """Encoder layers `first`, `first`+1, ... over rows whose tasks are `row_tasks`."""
-        mask4 = _additive_mask(mask2, h.dtype)
+        mask4 = additive_mask(mask2, h.dtype)
         groups = None
         if self.pals is not None:
             at: dict[str, list[int]] = {}

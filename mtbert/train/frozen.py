@@ -29,7 +29,8 @@ from mtbert.data.cache import ProcessMemo, build_once
 from mtbert.config import to_dict
 from mtbert.data.tokenize import TaskDataset, collate, padded_positions
 from mtbert.data.types import Batch
-from mtbert.model.multitask import MultitaskModel, Packed, _additive_mask
+from mtbert.model.bert import additive_mask
+from mtbert.model.multitask import MultitaskModel, Packed
 
 CACHE_VERSION = 1
 
@@ -118,7 +119,7 @@ def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int,
         enc = collate(ds, idx, pad_id).inputs[side].to(device)
         with autocast():
             h = model.embeddings(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids)
-            mask4 = _additive_mask(enc.attention_mask, h.dtype)
+            mask4 = additive_mask(enc.attention_mask, h.dtype)
             for i in range(depth):
                 out = model.layer(i)(h, mask4)
                 h = out[0] if isinstance(out, tuple) else out

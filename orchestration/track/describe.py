@@ -55,7 +55,7 @@ def data_summary(config: dict[str, Any]) -> dict:
             source = _source(cfg, get_task(name), split)
             bad = files.get(source.get("uri", ""))
             datasets.append({"name": f"{name}-{split}", "task": name, "split": split,
-                             "rows": len(getattr(prepared, split)[name]), "digest": prepared.digest(split, name),
+                             "rows": len(getattr(prepared, split)[name]), "digest": prepared.digests[split][name],
                              "source": source, "bad_rows": bad.total if bad is not None else 0})
     summary = {"datasets": datasets, "bad_rows": [b.summary() for b in prepared.bad_rows],
                "bad_total": sum(b.total for b in prepared.bad_rows)}
