@@ -17,7 +17,8 @@ measured bf16 matmul peak (a large square matmul on the same threads, or on the 
 
 `--encoder bert-base` is a random-init encoder of BERT-base's shape (12 layers, 768 wide, 12
 heads) over a WordPiece vocabulary trained on the same data: the size MFU is usually quoted
-at, with nothing to download. `--device cuda` runs every arm on the GPU. CS224N sentences are
+at, with nothing to download; `--encoder minilm-shape` is MiniLM's shape (6 layers, 384 wide)
+the same way, its step's speed without its weights. `--device cuda` runs every arm on the GPU. CS224N sentences are
 10-30 tokens; `--repeat K` writes each sentence K times over (rows cut at 128 tokens), for the
 128-token rows MFU is usually quoted at.
 """
@@ -40,15 +41,17 @@ from mtbert.model.encoder import encoder_config
 from mtbert.model.multitask import MultitaskModel
 from mtbert.tasks import get_task
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
-from mtbert.train.measure import cpu_has_bf16, sync
-from mtbert.train.precision import autocast_for
+from mtbert.train.measure import cpu_has_bf16, matmul_peak, sync
+from mtbert.train.precision import autocast_for, matmul_precision
 from mtbert.train.weighting import make_weighting
 
-BERT_BASE = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072}
+# Random-init encoders of known shapes, over a WordPiece vocabulary trained on the data.
+SHAPES = {"bert-base": {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072},
+          "minilm-shape": {"layers": 6, "hidden": 384, "heads": 12, "intermediate": 1536}}
 
 
 def raw_config(device: str, encoder: str, batch_size: int) -> dict:
-    model = ({"name_or_path": str(MINILM)} if encoder == "minilm" else {"name_or_path": "tiny", "tiny": BERT_BASE})
+    model = ({"name_or_path": str(MINILM)} if encoder == "minilm" else {"name_or_path": "tiny", "tiny": SHAPES[encoder]})
     return {"model": {**model, "max_length": 128}, "sampling": {"strategy": "tuple"},
             "train": {"batch_size": batch_size, "device": device},
             "data": {"source": "cs224n", "dir": str(MINBERT), "max_train_examples": 2000, "max_dev_examples": 50,
@@ -82,24 +85,14 @@ def repeated_data(k: int, source: Path, into: Path) -> Path:
     return into
 
 
-def matmul_peak(device: torch.device, dtype=torch.bfloat16) -> float:
-    """FLOP/s of a large square matmul on this core(s) or GPU; in bf16 the ceiling MFU is read against."""
-    n, reps = (8192, 20) if device.type == "cuda" else (2048, 5)
-    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
-    a @ b
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    sync(device)
-    return 2 * n ** 3 * reps / (time.perf_counter() - t0)
-
-
 class Arm:
-    def __init__(self, label: str, bf16: bool, prepared, hand: bool, raw: dict, plain: bool = False):
+    def __init__(self, label: str, precision: str, prepared, hand: bool, raw: dict, plain: bool = False):
         self.label, self.hand = label, hand
-        self.cfg = build_config(raw, {"train.precision": "bf16" if bf16 else "fp32"})
+        self.cfg = build_config(raw, {"train.precision": precision})
         self.device = torch.device(self.cfg.train.device)
+        bf16 = precision == "bf16"
+        # TF32 applies to the whole step, backward included, as in a training run.
+        self.matmuls = lambda: matmul_precision(precision, self.device)
         # The hand loop enters plain autocast, as its user would; the mtbert arm the context a
         # training run enters (on CUDA it also keeps attention off cuDNN's kernel), or, with
         # `plain`, plain autocast too: the two measure that choice side by side.
@@ -160,12 +153,13 @@ class Arm:
         self.opt.zero_grad(set_to_none=True)
 
     def run(self, steps: int) -> None:
-        sync(self.device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            self.step()
-        sync(self.device)
-        self.seconds += time.perf_counter() - t0
+        with self.matmuls():
+            sync(self.device)
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                self.step()
+            sync(self.device)
+            self.seconds += time.perf_counter() - t0
 
 
 def main() -> None:
@@ -173,7 +167,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--encoder", choices=["minilm", "bert-base"], default="minilm")
+    ap.add_argument("--encoder", choices=["minilm", *SHAPES], default="minilm")
     ap.add_argument("--batch-size", type=int, default=16, help="rows per task per step")
     ap.add_argument("--repeat", type=int, default=1, metavar="K",
                     help="each sentence written K times over (rows cut at 128 tokens)")
@@ -193,11 +187,12 @@ def main() -> None:
     # Without native bf16 (AVX2-only CPUs) autocast emulates bf16 matmuls, many times slower
     # than fp32: those arms would only time the emulation, and train.precision: auto is fp32.
     bf16 = device.type == "cuda" or cpu_has_bf16()
-    arms = [Arm("hand fp32", False, prepared, True, raw), Arm("mtbert fp32", False, prepared, False, raw)]
+    arms = [Arm("hand fp32", "fp32", prepared, True, raw), Arm("mtbert fp32", "fp32", prepared, False, raw)]
     if bf16:
-        arms += [Arm("hand bf16", True, prepared, True, raw), Arm("mtbert bf16", True, prepared, False, raw)]
-    if device.type == "cuda":  # the product's attention-kernel choice against autocast's own
-        arms.append(Arm("mtbert bf16, plain autocast", True, prepared, False, raw, plain=True))
+        arms += [Arm("hand bf16", "bf16", prepared, True, raw), Arm("mtbert bf16", "bf16", prepared, False, raw)]
+    if device.type == "cuda":  # the product's attention-kernel choice against autocast's own; TF32
+        arms.append(Arm("mtbert bf16, plain autocast", "bf16", prepared, False, raw, plain=True))
+        arms.append(Arm("mtbert tf32", "tf32", prepared, False, raw))
     for arm in arms:
         arm.run(2)  # warm-up
         arm.tokens = arm.seqs = 0
@@ -205,7 +200,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for arm in arms:
             arm.run(args.steps)
-    fp32_peak = matmul_peak(device, torch.float32)
+    fp32_peak = matmul_peak(device, "fp32")
     peak = matmul_peak(device) if bf16 else fp32_peak
     enc = arms[1].model
     params = enc.layer_params() * enc.num_layers  # non-embedding parameters of the encoder
@@ -214,7 +209,8 @@ def main() -> None:
             f"no native bf16 on this CPU: fp32 arms only, MFU against the fp32 matmul peak "
             f"{peak / 1e9:.0f} GFLOP/s")
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
-    name = "MiniLM" if args.encoder == "minilm" else "BERT-base shape (random init)"
+    name = {"minilm": "MiniLM", "bert-base": "BERT-base shape (random init)",
+            "minilm-shape": "MiniLM's shape (random init)"}[args.encoder]
     rows = f", each sentence {args.repeat}x over" if args.repeat > 1 else ""
     print(f"{name}, CS224N data{rows}, batch {args.batch_size} per task, tuple sampling, {where}; {kind}")
     print(f"  {arms[1].tokens / arms[1].seqs:.0f} real tokens per example (a pair has two rows)")
@@ -225,6 +221,9 @@ def main() -> None:
     if device.type == "cuda":
         print(f"  attention kept off cuDNN's kernel: "
               f"{rate['mtbert bf16'] / rate['mtbert bf16, plain autocast']:.2f}x the step under plain autocast")
+        print(f"  mtbert tf32 vs fp32: {rate['mtbert tf32'] / rate['mtbert fp32']:.2f}x   "
+              f"bf16 vs tf32: {rate['mtbert bf16'] / rate['mtbert tf32']:.2f}x   "
+              f"(TF32 matmul peak {matmul_peak(device, 'tf32') / 1e12:.0f} TFLOP/s)")
     line = f"  mtbert fp32 vs hand fp32: {rate['mtbert fp32'] / rate['hand fp32']:.2f}x"
     if bf16:
         line += (f"   mtbert bf16 vs hand fp32: {rate['mtbert bf16'] / rate['hand fp32']:.2f}x   "

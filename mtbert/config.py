@@ -275,8 +275,9 @@ class TrainConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # auto = bf16 autocast on CUDA and on CPUs with native bf16 (AVX512-BF16 or AMX), whose
-    # bf16 matmuls run several times faster than fp32; fp32 elsewhere.
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # bf16 matmuls run several times faster than fp32; fp32 elsewhere. tf32: fp32 weights and
+    # activations with TF32 matmuls on CUDA (plain fp32 on a CPU, which has no TF32).
+    precision: Literal["auto", "fp32", "tf32", "bf16"] = "auto"
     save_checkpoint: bool = True
     # Frozen layers loaded from a pretrained model: slim names them in best/ (model and
     # digest), full stores them (mtbert/bundle.py).

@@ -253,6 +253,11 @@ for _figure in (
     Figure("params_trainable", "parameters that train", "min", ".0f", summary="last", search=True),
     Figure("epoch_time_s", "this epoch's training time, seconds", "min", ".1f", search=True),
     Figure("seq_per_s", "training sequences per second this epoch", "max", ".0f", search=True),
+    Figure("tokens_per_s", "real (not padding) tokens trained per second, at the last epoch", "max", ".0f",
+           summary="last", search=True, board="on request", header="Tokens/s"),
+    Figure("mfu", "model FLOPs utilisation at the last epoch: counted training FLOPs less padding, per second, "
+           "over this device's matmul peak in the run's precision (measured once per process)", "max", ".2%",
+           summary="last", search=True, board="on request", header="MFU"),
     Figure("pad_fraction", "share of this epoch's token positions that were padding", "min", search=True),
     Figure("frozen_cache_s", "seconds spent computing the frozen-layer cache", "min", ".1f", search=True),
     Figure("lr", "the encoder's learning rate after this epoch", fmt=".2e"),

@@ -36,6 +36,7 @@ from mtbert.train import measure
 from mtbert.train.frozen import FrozenCache, estimate_mb
 from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
+from mtbert.train import precision
 from mtbert.train.precision import autocast_for
 from mtbert.train.state import STATE_FILE, capture_rng, restore_rng, sampler_position
 from mtbert.train.weighting import Weighting, make_weighting
@@ -200,10 +201,19 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
     With a `reporter` the state goes to it instead (a sweep trial: Tune's checkpoint is what
     its retries and resumes start from). `progress`, when given, is told about every step
     (mtbert/train/progress.py). Every report's metrics carry `timings` (measure.Phases)."""
+    with precision.matmul_precision(cfg.train.precision, measure.pick_device(cfg.train.device)):
+        return _train(cfg, reporter, output_dir, resume_from, prepared, log, progress)
+
+
+def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None,
+           resume_from: str | Path | None, prepared: Prepared | None,
+           log: Callable[[str], None] | None, progress) -> Result:
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
     device = measure.pick_device(cfg.train.device)
-    bf16, autocast = autocast_for(cfg.train.precision, device)
+    _, autocast = autocast_for(cfg.train.precision, device)
+    # Where the run computes and in what: every report names them (a sweep tags its trials so).
+    where = {"device": measure.device_name(device), "precision": precision.label(cfg.train.precision, device)}
     phase = measure.Phases(device)
 
     with phase("data"):
@@ -218,7 +228,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         with phase("probe"):
             probed = _probe(model, cfg, prepared, log)
     with phase("cache"):
-        cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, bf16, log)
+        cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, log)
     start = cache.start if cache is not None else 0
     with phase("model"):
         weighting = make_weighting(cfg, device)
@@ -296,8 +306,8 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         loss_cnt = torch.zeros(len(cfg.tasks), device=device)
         weight_sum = torch.zeros(len(cfg.tasks), device=device)
         recent: list[tuple[int, torch.Tensor, list[str]]] = []
-        seqs, pad_tokens, all_tokens = 0, 0, 0
-        epoch_t0 = timer.elapsed
+        seqs, pad_tokens, all_tokens, real_tokens = 0, 0, 0, 0
+        epoch_t0, epoch_flops0 = timer.elapsed, flops
         if progress is not None:
             progress.start_epoch()
         with timer:
@@ -316,6 +326,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                 real, done = model.layer_positions(packed, device, start)
                 pad_tokens += done - real
                 all_tokens += done
+                real_tokens += sum(packed.lengths)
                 flops += model.step_flops(packed, device, start)
                 for b, raw in zip(batches, raws):
                     i = cfg.tasks.index(b.task)
@@ -340,7 +351,11 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
         m.update({f"loss_{t}": mean_loss[i] for i, t in enumerate(cfg.tasks)})
         # The weighting method's effective weight of each task, averaged over its steps.
         m.update({f"weight_{t}": mean_weight[i] for i, t in enumerate(cfg.tasks) if trained[i]})
+        # MFU counts the useful work only: the epoch's counted FLOPs less their padding share.
+        useful_flops = (flops - epoch_flops0) * (1 - pad_tokens / max(all_tokens, 1))
+        peak = measure.matmul_peak(device, precision.label(cfg.train.precision, device))
         m.update(seq_per_s=seqs / max(epoch_time, 1e-9), pad_fraction=pad_tokens / max(all_tokens, 1),
+                 tokens_per_s=real_tokens / max(epoch_time, 1e-9), mfu=useful_flops / max(epoch_time, 1e-9) / peak,
                  epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops,
                  lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
                  peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
@@ -373,7 +388,7 @@ def train(cfg: Config, reporter: Reporter | None = None, output_dir: str | Path 
                 save_atomic(state, out_dir / "last" / STATE_FILE)
         if reporter is not None:
             # The summary rides every report: a trial its scheduler stops never returns.
-            _report(reporter, {**m, figures.SUMMARY_KEY: summary}, state, config_text, out_dir, phase,
+            _report(reporter, {**m, figures.SUMMARY_KEY: summary, **where}, state, config_text, out_dir, phase,
                     timer.elapsed)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
@@ -423,18 +438,19 @@ def build_frozen_cache(cfg: Config, log: Callable[[str], None] | None = None) ->
     for run in ([_probe_config(cfg)] if cfg.train.probe else []) + [cfg]:
         seed_everything(run.train.seed)
         device = measure.pick_device(run.train.device)
-        bf16, autocast = autocast_for(run.train.precision, device)
+        _, autocast = autocast_for(run.train.precision, device)
         prepared = prepare(run, log=None)
         pad_id = pad_token_id(prepared.tokenizer)
         model = MultitaskModel(run, vocab_size=len(prepared.tokenizer), pad_token_id=pad_id).to(device)
-        cache, s = _frozen_cache(model, prepared, run, pad_id, device, autocast, bf16, log)
+        with precision.matmul_precision(run.train.precision, device):
+            cache, s = _frozen_cache(model, prepared, run, pad_id, device, autocast, log)
         if cache is not None:
             built, seconds = built + cache.built, seconds + s
     return built, seconds
 
 
 def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id: int, device, autocast,
-                  bf16: bool, log) -> tuple[FrozenCache | None, float]:
+                  log) -> tuple[FrozenCache | None, float]:
     """The frozen-layer cache where it applies and fits, and the seconds spent computing it."""
     if not frozen_usable(model, cfg):
         return None, 0.0
@@ -445,7 +461,7 @@ def _frozen_cache(model: MultitaskModel, prepared: Prepared, cfg: Config, pad_id
         return None, 0.0
     t0 = time.perf_counter()
     cache = FrozenCache(model, {"train": prepared.train, "dev": prepared.dev}, pad_id, device, autocast,
-                        "bf16" if bf16 else "fp32", cfg.data.cache_dir, log)
+                        precision.label(cfg.train.precision, device), cfg.data.cache_dir, log)
     return cache, (time.perf_counter() - t0 if cache.built else 0.0)
 
 

@@ -21,6 +21,11 @@ def pick_device(choice: str = "auto") -> torch.device:
     return torch.device(choice)
 
 
+def device_name(device: torch.device) -> str:
+    """`cpu`, or `cuda (<the GPU's name>)`: what a run's report says it trained on."""
+    return f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+
+
 def sync(device: torch.device) -> None:
     # CUDA kernels run asynchronously: a clock read without a sync times the launch only.
     if device.type == "cuda":
@@ -136,6 +141,36 @@ def peak_memory_mb(device: torch.device) -> float:
         pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
+
+
+_peaks: dict[tuple, float] = {}
+
+
+def matmul_peak(device: torch.device, precision: str = "bf16") -> float:
+    """FLOP/s of a large square matmul on this device in `precision` (bf16, tf32 or fp32), on
+    the threads this process uses: the ceiling a run's MFU is read against. Measured once per
+    process and setting (a sweep worker pays it at its first trial: about 0.1 s on one CPU
+    thread, under 10 ms on a GPU)."""
+    key = (str(device), precision, torch.get_num_threads())
+    if key not in _peaks:
+        n, reps = (8192, 10) if device.type == "cuda" else (1024, 3)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+        try:
+            a @ b  # warm-up: kernel choice, allocation
+            best = float("inf")
+            for _ in range(reps):  # the fastest repeat: the least disturbed by other work
+                sync(device)
+                t0 = time.perf_counter()
+                a @ b
+                sync(device)
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            torch.set_float32_matmul_precision(before)
+        _peaks[key] = 2 * n ** 3 / best
+    return _peaks[key]
 
 
 def cpu_has_bf16() -> bool:

@@ -1,4 +1,5 @@
-"""train.precision: whether a run computes in bf16, and the autocast context its forwards enter.
+"""train.precision: whether a run computes in bf16, TF32 or fp32, and the autocast context its
+forwards enter.
 
 Its own module because training (loop.py) and prediction (bundle.py) both ask, and the loop
 already imports the bundle's state helpers: here neither imports the other for it.
@@ -29,6 +30,30 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     if precision != "auto":
         return precision == "bf16"
     return device.type == "cuda" or (device.type == "cpu" and measure.cpu_has_bf16())
+
+
+def label(precision: str, device: torch.device) -> str:
+    """What a run of `precision` on `device` computes in: bf16, tf32 or fp32. TF32 exists only
+    on CUDA (Ampere and later); asked for elsewhere, the run is plain fp32 and says so here."""
+    if use_bf16(precision, device):
+        return "bf16"
+    return "tf32" if precision == "tf32" and device.type == "cuda" else "fp32"
+
+
+@contextmanager
+def matmul_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """The span of a run whose fp32 matmuls may use TF32 tensor cores (train.precision: tf32).
+    It covers the backward passes too, which run outside the forwards' autocast. A sweep worker
+    runs trials one after another, so the process's setting is restored after each."""
+    if label(precision, device) != "tf32":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # TF32 on CUDA: 10-bit mantissa products, fp32 sums
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def autocast_for(precision: str, device: torch.device) -> tuple[bool, Callable]:

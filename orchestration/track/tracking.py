@@ -21,7 +21,8 @@ Names on a child run:
            the final figures under the DESIGN names (sst_acc, ..., overall, best_epoch,
            train_time_s, model_size_mb, ..., tm_relative_score, tm_time_s, epochs_run)
   tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
-           resumes), trial_id, variant, role, seed, node, node_ip, git_commit, stopped_early,
+           resumes), trial_id, variant, role, seed, node, node_ip, device, precision (what the
+           trial trained on and in), git_commit, stopped_early,
            interrupted, tm_time_basis, tm_baseline, error
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
@@ -600,7 +601,8 @@ class SweepTracking:
         summary = result.get(SUMMARY_KEY)
         if isinstance(summary, dict):  # train()'s own word on its epochs so far
             entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _is_number(v)}
-        node = {k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip")) if result.get(r)}
+        node = {k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip"), ("device", "device"),
+                                               ("precision", "precision")) if result.get(r)}
         if any(self.record.of(key)["tags"].get(k) != v for k, v in node.items()):
             entry["set"]["tags"] = node
         self.record.change(entry)

@@ -113,3 +113,19 @@ def test_bf16_attention_keeps_off_cudnn_which_replans_for_every_shape():
             torch.nn.functional.scaled_dot_product_attention(q, q, q)
     names = [e.key for e in prof.key_averages()]
     assert any("attention" in n for n in names) and not any("cudnn" in n for n in names), names
+
+
+def test_tf32_runs_its_matmuls_in_tf32_and_restores_the_process_setting(tmp_path):
+    from mtbert.train.precision import label, matmul_precision
+
+    assert label("tf32", torch.device("cuda")) == "tf32" and label("tf32", torch.device("cpu")) == "fp32"
+    before = torch.get_float32_matmul_precision()
+    with matmul_precision("tf32", torch.device("cuda")):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+    result = train(config(tmp_path, **{"train.precision": "tf32"}), log=None)
+    assert torch.get_float32_matmul_precision() == before  # a sweep worker's next trial starts clean
+    m = result.metrics
+    assert next(result.model.parameters()).dtype == torch.float32
+    # Throughput and MFU are read against the TF32 peak, which is many times the fp32 one.
+    assert m["tokens_per_s"] > 0 and 0 < m["mfu"] < 1, m

@@ -174,6 +174,18 @@ def test_bf16_and_fp32_runs_agree(tmp_path):
     assert bf16.metrics["overall"] == pytest.approx(fp32.metrics["overall"], abs=0.05)
 
 
+def test_tf32_on_a_cpu_is_fp32_to_the_digit_and_every_run_reports_its_throughput(tmp_path):
+    """A CPU has no TF32: the setting runs plain fp32 there (the GPU half is tests/gpu). Every
+    run reports real tokens per second and its MFU against this CPU's measured matmul peak."""
+    fp32 = train(_cfg(tmp_path, **{"train.precision": "fp32", "train.device": "cpu"}), log=None)
+    tf32 = train(_cfg(tmp_path, **{"train.precision": "tf32", "train.device": "cpu"}), log=None)
+    keep = ("overall", "loss_sst", "loss_para", "loss_sts")
+    assert [{k: e[k] for k in keep} for e in tf32.epochs] == [{k: e[k] for k in keep} for e in fp32.epochs]
+    for e in fp32.epochs:
+        assert e["tokens_per_s"] > e["seq_per_s"] > 0 and 0 < e["mfu"] < 1, e
+    assert fp32.metrics["mfu"] == fp32.epochs[-1]["mfu"]  # the summary's is the last epoch's
+
+
 @pytest.mark.shared
 @pytest.mark.skipif(not (MINILM.is_dir() and DATA.is_dir()), reason="../shared model or data absent")
 def test_minilm_default_recipe_keeps_sts(tmp_path):
