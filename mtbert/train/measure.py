@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import os
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -143,34 +144,65 @@ def peak_memory_mb(device: torch.device) -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
 
 
-_peaks: dict[tuple, float] = {}
+# A sweep's driver measures the peaks once, on an idle device, and hands them to its trials
+# here (JSON: peak_key -> FLOP/s): trials sharing a GPU that each measured their own would see
+# the others' work. On an H200, eight trials at resources.gpu 0.125 measuring their own read
+# MFUs of 2.5% to 14% for one configuration.
+PEAKS_ENV = "MTBERT_MATMUL_PEAKS"
+_peaks: dict[str, float] = {}
+
+
+def peak_key(device: torch.device, precision: str, threads: int | None = None) -> str:
+    """What a peak is measured for: the device (its model, for a GPU), the precision and, on a
+    CPU, the number of threads."""
+    key = f"{device_name(device)}|{precision}"
+    return key if device.type == "cuda" else f"{key}|{threads or torch.get_num_threads()}"
 
 
 def matmul_peak(device: torch.device, precision: str = "bf16") -> float:
     """FLOP/s of a large square matmul on this device in `precision` (bf16, tf32 or fp32), on
-    the threads this process uses: the ceiling a run's MFU is read against. Measured once per
-    process and setting (a sweep worker pays it at its first trial: about 0.1 s on one CPU
-    thread, under 10 ms on a GPU)."""
-    key = (str(device), precision, torch.get_num_threads())
+    the threads this process uses: the ceiling a run's MFU is read against. The sweep's own
+    (PEAKS_ENV) where it measured this device, else measured once per process (about 0.1 s on
+    one CPU thread, under 10 ms on a GPU)."""
+    key = peak_key(device, precision)
     if key not in _peaks:
-        n, reps = (8192, 10) if device.type == "cuda" else (1024, 3)
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-        a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
-        before = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
-        try:
-            a @ b  # warm-up: kernel choice, allocation
-            best = float("inf")
-            for _ in range(reps):  # the fastest repeat: the least disturbed by other work
-                sync(device)
-                t0 = time.perf_counter()
-                a @ b
-                sync(device)
-                best = min(best, time.perf_counter() - t0)
-        finally:
-            torch.set_float32_matmul_precision(before)
-        _peaks[key] = 2 * n ** 3 / best
+        shared = json.loads(os.environ.get(PEAKS_ENV) or "{}")
+        _peaks[key] = shared[key] if key in shared else _measure_peak(device, precision)
     return _peaks[key]
+
+
+def share_peaks(runs: Iterable[tuple[torch.device, str]], threads: int) -> None:
+    """Measure the peak of every (device, precision) of a sweep's runs now, with the threads a
+    trial will have, and hand them to the trials this process starts (PEAKS_ENV)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        shared = json.loads(os.environ.get(PEAKS_ENV) or "{}")
+        for device, precision in set(runs):
+            shared[peak_key(device, precision, threads)] = _measure_peak(device, precision)
+        os.environ[PEAKS_ENV] = json.dumps(shared)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measure_peak(device: torch.device, precision: str) -> float:
+    n, reps = (8192, 10) if device.type == "cuda" else (1024, 3)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+    try:
+        a @ b  # warm-up: kernel choice, allocation
+        best = float("inf")
+        for _ in range(reps):  # the fastest repeat: the least disturbed by other work
+            sync(device)
+            t0 = time.perf_counter()
+            a @ b
+            sync(device)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return 2 * n ** 3 / best
 
 
 def cpu_has_bf16() -> bool:

@@ -98,6 +98,7 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     setup = {"setup_tokenize_s": tokenize_s}
     if not frozen:
         return setup
+    _share_peaks(configs, planner.sweep.spec.resources.cpu)
     t1, built, computing = time.perf_counter(), 0, 0.0
     for cfg in configs:
         signature = setup_signature(cfg)
@@ -113,6 +114,20 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     elif frozen_seen:
         log(f"frozen layers: {len(frozen_seen)} setup(s) checked in {frozen_s:.1f}s, nothing to compute")
     return setup
+
+
+def _share_peaks(configs: list, cpus: float) -> None:
+    """The matmul peaks the trials read their MFU against, measured here on the idle device
+    before any trial runs (mtbert/train/measure.py: share_peaks); a local Ray's trials inherit
+    them. A trial keeps as many threads as CPUs it is given."""
+    from mtbert.train.measure import pick_device, share_peaks
+    from mtbert.train.precision import label
+
+    runs = []
+    for cfg in configs:
+        device = pick_device(cfg.train.device)
+        runs.append((device, label(cfg.train.precision, device)))
+    share_peaks(runs, max(1, int(cpus)))
 
 
 def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()) -> bool:

@@ -3,7 +3,9 @@ patience, resume on the same LR curve, the frozen-layer cache, bf16 against fp32
 defaults a pretrained encoder gets."""
 from __future__ import annotations
 
+import json
 import math
+import os
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -198,3 +200,18 @@ def test_minilm_default_recipe_keeps_sts(tmp_path):
                             "train.epochs": 1, "data.cache_dir": str(tmp_path / "cache")})
     result = train(cfg, log=None)
     assert result.metrics["sts_corr"] >= 0.80, result.metrics
+
+
+def test_trials_read_the_peak_their_sweep_measured_on_the_idle_device(monkeypatch):
+    """A sweep's driver measures each device's matmul peak before its trials start (trials
+    sharing a GPU would each measure the others' work); a trial reads that one."""
+    from mtbert.train import measure
+
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(measure.PEAKS_ENV, raising=False)
+    monkeypatch.setattr(measure, "_peaks", {})
+    measure.share_peaks([(cpu, "fp32"), (cpu, "fp32")], threads=1)
+    shared = json.loads(os.environ[measure.PEAKS_ENV])
+    assert list(shared) == [measure.peak_key(cpu, "fp32", 1)] and shared[measure.peak_key(cpu, "fp32", 1)] > 1e8
+    monkeypatch.setenv(measure.PEAKS_ENV, json.dumps({measure.peak_key(cpu, "fp32"): 1.5e9}))
+    assert measure.matmul_peak(cpu, "fp32") == 1.5e9  # this process's thread count: read, not measured
