@@ -385,14 +385,23 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
 
 
 def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
-    """The sweep folder: a path, or a name under --storage (as `run` had it), else under runs/."""
+    """The sweep folder: a path, or a name under --storage (as `run` had it), else under runs/:
+    the run's whole name, or the start of one (the sweep's name: `unfreeze-share` finds
+    `unfreeze-share-20261127-101500`) when only one run has it."""
     candidate = Path(path_or_name)
     if not (candidate / STATE_FILE).is_file():
-        candidate = (Path(storage).expanduser().resolve() if storage else runs_dir()) / path_or_name
+        root = Path(storage).expanduser().resolve() if storage else runs_dir()
+        candidate = root / path_or_name
+        if not (candidate / STATE_FILE).is_file() and "/" not in path_or_name and root.is_dir():
+            matches = sorted(p for p in root.glob(f"{path_or_name}*") if (p / STATE_FILE).is_file())
+            if len(matches) > 1:
+                raise SweepError(f"{path_or_name}: {len(matches)} sweeps start with this name under {root}: "
+                                 f"{', '.join(p.name for p in matches)}; give one of them")
+            candidate = matches[0] if matches else candidate
     if not (candidate / STATE_FILE).is_file():
         where = f"--storage {storage}" if storage else "runs/"
-        raise SweepError(f"{path_or_name}: not a sweep folder (no {STATE_FILE}); give the folder "
-                         f"or its name under {where}")
+        raise SweepError(f"{path_or_name}: not a sweep folder (no {STATE_FILE}), nor the start of a sweep's "
+                         f"name under {where}; give the folder or its name")
     if not (candidate / "tuner.pkl").is_file():
         raise SweepError(f"{candidate}: the sweep died before Ray Tune saved its state; run it again")
     return candidate.resolve()

@@ -169,15 +169,32 @@ def test_resume_of_an_unknown_sweep_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "resume", "no-such-sweep"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("mtbert: error: no-such-sweep: not a sweep folder (no mtbert_sweep.json); "
-                   "give the folder or its name under runs/")
+    assert err == ("mtbert: error: no-such-sweep: not a sweep folder (no mtbert_sweep.json), nor the start of "
+                   "a sweep's name under runs/; give the folder or its name")
     assert main(["sweep", "resume", "no-such-sweep", "--storage", "elsewhere"]) == 2
-    assert capsys.readouterr().err.strip() == ("mtbert: error: no-such-sweep: not a sweep folder (no "
-                                               "mtbert_sweep.json); give the folder or its name under --storage elsewhere")
+    assert capsys.readouterr().err.strip() == ("mtbert: error: no-such-sweep: not a sweep folder (no mtbert_sweep.json), "
+                                               "nor the start of a sweep's name under --storage elsewhere; give the "
+                                               "folder or its name")
     (tmp_path / "runs" / "half").mkdir(parents=True)
     (tmp_path / "runs" / "half" / "mtbert_sweep.json").write_text("{}")
     assert main(["sweep", "resume", "half"]) == 2
     assert "the sweep died before Ray Tune saved its state; run it again" in capsys.readouterr().err
+
+
+def test_resume_finds_a_sweep_by_the_start_of_its_name_and_lists_the_candidates_when_several(tmp_path, monkeypatch,
+                                                                                           capsys):
+    monkeypatch.chdir(tmp_path)
+    for name in ("share-20261127-101500", "other-20261127-101500"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "mtbert_sweep.json").write_text("{}")
+    assert main(["sweep", "resume", "share"]) == 2  # found by its sweep's name: the folder is the one
+    assert f"{tmp_path / 'runs' / 'share-20261127-101500'}: the sweep died before" in capsys.readouterr().err
+    (tmp_path / "runs" / "share-20261128-090000").mkdir()
+    (tmp_path / "runs" / "share-20261128-090000" / "mtbert_sweep.json").write_text("{}")
+    assert main(["sweep", "resume", "share"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("2 sweeps start with this name under " + str(tmp_path / "runs")
+                        + ": share-20261127-101500, share-20261128-090000; give one of them"), err
 
 
 def test_reference_runs_beside_the_baseline_under_each_seed(sweep_file):
