@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,9 +105,38 @@ def estimate_mb(model: MultitaskModel, datasets: Sequence[TaskDataset]) -> float
     return rows * model.hf_config.hidden_size * 4 / 2**20
 
 
+class BuildProgress:
+    """Lines while the cache is computed: how many sequences of how many, the rate and the time
+    left, at most every EVERY seconds (a MiniLM setup over the whole CS224N data takes
+    minutes on a CPU, which a sweep's console would otherwise pass in silence)."""
+
+    EVERY = 10.0  # seconds between lines
+
+    def __init__(self, total: int, log: Callable[[str], None]):
+        self.total, self.log, self.every = total, log, self.EVERY
+        self.done = self.computed = 0
+        self.t0 = self.last = time.perf_counter()
+
+    def add(self, n: int, computed: bool) -> None:
+        self.done += n
+        if not computed:
+            return
+        if self.computed == 0:
+            self.log(f"frozen layers: computing up to {self.total - self.done + n:,} sequences once "
+                     f"(a line every {self.every:.0f} s)")
+        self.computed += n
+        now = time.perf_counter()
+        if now - self.last >= self.every and self.done < self.total:
+            self.last = now
+            rate = self.computed / max(now - self.t0, 1e-9)
+            left = (self.total - self.done) / max(rate, 1e-9)
+            self.log(f"frozen layers: {self.done:,} of {self.total:,} sequences ({self.done / self.total:.0%}), "
+                     f"{rate:,.0f} seq/s, about {int(left // 60)}m{int(left % 60):02d}s left")
+
+
 @torch.no_grad()
 def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int, device,
-                 autocast, batch_size: int = 64) -> Side:
+                 autocast, batch_size: int = 64, progress: BuildProgress | None = None) -> Side:
     """The frozen bottom's output for every sequence of one side, in the dataset's order."""
     depth, vector = model.frozen_depth, model.frozen_depth == model.num_layers
     lengths = ds.packed[side].lengths
@@ -133,6 +163,8 @@ def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int,
         n_rows = enc.attention_mask.sum(1).tolist()
         for j, i in enumerate(idx):
             blocks[i] = h[j, : (1 if vector else n_rows[j])].cpu()
+        if progress is not None:
+            progress.add(len(idx), computed=True)
     model.train(was_training)
     block_lengths = torch.tensor([b.shape[0] for b in blocks], dtype=torch.long)
     offsets = torch.cumsum(block_lengths, 0) - block_lengths
@@ -156,6 +188,7 @@ class FrozenCache:
         self.sides: dict[tuple[str, str], list[Side]] = {}
         cache_dir = Path(cache_dir)
         self.built = 0
+        progress = BuildProgress(sum(len(ds) * len(ds.packed) for d in splits.values() for ds in d.values()), log)
         for split, datasets in splits.items():
             for task, ds in datasets.items():
                 sides = []
@@ -167,9 +200,12 @@ class FrozenCache:
                     side, built = _OPENED.get(path.resolve()), False
                     if side is None:
                         side, built = build_once(
-                            path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast),
+                            path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast,
+                                                                         progress=progress),
                             lambda side, tmp: torch.save({"flat": side.flat, "lengths": side.lengths}, tmp))
                         _OPENED.keep(path.resolve(), side)
+                    if not built:
+                        progress.add(len(ds), computed=False)
                     self.built += built
                     sides.append(side)
                 self.sides[(split, task)] = sides

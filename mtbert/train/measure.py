@@ -188,7 +188,10 @@ def share_peaks(runs: Iterable[tuple[torch.device, str]], threads: int) -> None:
 def _measure_peak(device: torch.device, precision: str) -> float:
     n, reps = (8192, 10) if device.type == "cuda" else (1024, 3)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    # A generator of its own: drawing from the global one would change a run's dropout masks
+    # and samplers after the first measurement of a process, and no run would repeat.
+    g = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(n, n, dtype=dtype, device=device, generator=g) for _ in range(2))
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
     try:

@@ -104,7 +104,7 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
         signature = setup_signature(cfg)
         if signature not in frozen_seen:
             frozen_seen.add(signature)
-            n, seconds = build_frozen_cache(cfg)
+            n, seconds = build_frozen_cache(cfg, log)  # its progress lines: minutes on a CPU
             built, computing = built + n, computing + seconds
     frozen_s = time.perf_counter() - t1
     setup["setup_frozen_cache_s"] = frozen_s

@@ -185,6 +185,9 @@ def test_tf32_on_a_cpu_is_fp32_to_the_digit_and_every_run_reports_its_throughput
     assert [{k: e[k] for k in keep} for e in tf32.epochs] == [{k: e[k] for k in keep} for e in fp32.epochs]
     for e in fp32.epochs:
         assert e["tokens_per_s"] > e["seq_per_s"] > 0 and 0 < e["mfu"] < 1, e
+    # Measuring the peak draws from no generator of the run's: the second run repeats the first.
+    again = train(_cfg(tmp_path, **{"train.precision": "fp32", "train.device": "cpu"}), log=None)
+    assert [e["overall"] for e in again.epochs] == [e["overall"] for e in fp32.epochs]
     assert fp32.metrics["mfu"] == fp32.epochs[-1]["mfu"]  # the summary's is the last epoch's
 
 
@@ -215,3 +218,24 @@ def test_trials_read_the_peak_their_sweep_measured_on_the_idle_device(monkeypatc
     assert list(shared) == [measure.peak_key(cpu, "fp32", 1)] and shared[measure.peak_key(cpu, "fp32", 1)] > 1e8
     monkeypatch.setenv(measure.PEAKS_ENV, json.dumps({measure.peak_key(cpu, "fp32"): 1.5e9}))
     assert measure.matmul_peak(cpu, "fp32") == 1.5e9  # this process's thread count: read, not measured
+
+
+def test_the_frozen_cache_build_says_how_far_it_is_its_rate_and_the_time_left(tmp_path, monkeypatch):
+    from mtbert.train.frozen import BuildProgress
+
+    cfg = _cfg(tmp_path, **{"freeze.layers": 1, "train.precision": "fp32"})
+    prepared = prepare(cfg, log=None)
+    model = MultitaskModel(cfg, vocab_size=len(prepared.tokenizer)).eval()
+    lines: list[str] = []
+    monkeypatch.setattr(BuildProgress, "EVERY", 0.0)  # a line at every batch
+    splits = {"train": prepared.train, "dev": prepared.dev}
+    FrozenCache(model, splits, 0, torch.device("cpu"), nullcontext, "fp32", tmp_path / "c", lines.append)
+    total = sum(len(ds) * len(ds.packed) for d in splits.values() for ds in d.values())
+    assert lines[0] == f"frozen layers: computing up to {total:,} sequences once (a line every 0 s)"
+    steps = [line for line in lines if "seq/s, about" in line]
+    assert len(steps) > 3 and all(line.startswith("frozen layers: ") and "m" in line.split("about ")[1]
+                                  for line in steps), lines
+    assert f"of {total:,} sequences" in steps[-1]
+    lines.clear()  # built: a second cache reads it, in silence but for its one line
+    FrozenCache(model, splits, 0, torch.device("cpu"), nullcontext, "fp32", tmp_path / "c", lines.append)
+    assert len(lines) == 1 and "read from the cache" in lines[0]
