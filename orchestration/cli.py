@@ -25,6 +25,13 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
     return _exit_code(outcome)
 
 
+def cmd_sweep_plan(args: argparse.Namespace) -> int:
+    from orchestration.run.dryrun import plan_sweep
+
+    plan_sweep(args.file, overrides=args.set, smoke=args.smoke, measure=not args.no_measure, num_cpus=args.num_cpus)
+    return 0
+
+
 def _dashboard(address: str | None) -> bool:
     """A Ray dashboard (http://HEAD:8265) rather than an address a driver joins."""
     return bool(address) and address.startswith(("http://", "https://"))
@@ -193,6 +200,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--name", help="name of this sweep run (default: <sweep>-<date>-<time>)")
     run.add_argument("--storage", help="Ray Tune storage folder (default: <cwd>/runs)")
     run.set_defaults(func=cmd_sweep_run)
+
+    plan = sweep_sub.add_parser("plan", help="what a sweep would run and its estimated time, without running it "
+                                "(no Ray, no MLflow)")
+    plan.add_argument("file", help="sweep YAML, e.g. sweeps/smoke.yaml")
+    plan.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    plan.add_argument("--smoke", action="store_true", help="the plan of the --smoke run")
+    plan.add_argument("--num-cpus", type=int, default=None, help="CPUs the local Ray would have (default: all)")
+    plan.add_argument("--no-measure", action="store_true",
+                      help="no estimate: skip the short run of the first trial that measures its cost")
+    plan.set_defaults(func=cmd_sweep_plan)
 
     resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died (or was stopped)")
     resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>; with a dashboard "

@@ -1,0 +1,152 @@
+"""`mtbert sweep plan FILE`: what a sweep would run and roughly what it would cost, before any
+of it is spent: its configurations and seeds, its trial count, the keys `--smoke` would clamp,
+and an estimate of its time from one short measured run of its first trial. Neither Ray nor
+the MLflow store is touched."""
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestration.sweep.plan import Planner
+from orchestration.sweep.spec import Sweep, load_sweep
+
+# What a trial costs beyond its own phases: a Ray worker picking it up, its report to the
+# driver and its MLflow record. On a 2-core Xeon (AVX512, no BF16) the tiny encoder's smoke
+# trials lived 4-6 s longer than their data, model, training and evaluation phases.
+TRIAL_OVERHEAD_S = 5.0
+# The short run that measures a trial: two epochs of this many steps, the second one timed.
+MEASURE_STEPS = 4
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def smoke_clamps(path: str | Path, overrides: list[str] | None) -> list[str]:
+    """Each key `--smoke` changes, as `key: before -> after` (the sweep file's own keys and the
+    base config's), from the sweep loaded both ways."""
+    real, smoke = load_sweep(path, overrides, False), load_sweep(path, overrides, True)
+    lines = []
+    for where, a, b in (("", _flat(real.base), _flat(smoke.base)),
+                        ("", {"num_samples": real.spec.num_samples, "seeds": real.seeds,
+                              "resources.cpu": real.spec.resources.cpu, "resources.gpu": real.spec.resources.gpu,
+                              "max_failures": real.spec.max_failures},
+                         {"num_samples": smoke.spec.num_samples, "seeds": smoke.seeds,
+                          "resources.cpu": smoke.spec.resources.cpu, "resources.gpu": smoke.spec.resources.gpu,
+                          "max_failures": smoke.spec.max_failures})):
+        for key in sorted(set(a) | set(b)):
+            if key.startswith("data.cache_dir"):
+                continue
+            if a.get(key) != b.get(key):
+                lines.append(f"{where}{key}: {a.get(key, '(unset)')} -> {b.get(key, '(unset)')}")
+    return lines + [n for n in smoke.notes if n not in real.notes]
+
+
+def concurrency(sweep: Sweep, num_cpus: int | None) -> int:
+    """How many trials run at once on this machine: max_concurrent, within its CPUs and GPUs."""
+    cpus = num_cpus or os.cpu_count() or 1
+    res = sweep.spec.resources
+    fit = max(1, int(cpus // res.cpu)) if res.cpu > 0 else cpus
+    if res.gpu > 0:
+        try:
+            import torch
+
+            fit = min(fit, int(torch.cuda.device_count() // res.gpu))
+        except ImportError:
+            fit = 0
+    limit = sweep.spec.max_concurrent or fit
+    return max(1, min(limit, fit))
+
+
+def measure_trial(config: dict[str, Any], threads: int) -> dict[str, float]:
+    """Seconds of one trial of `config`, by its phases, from a run of two short epochs on the
+    `threads` a trial gets: data and model once, the second (warm) epoch's steps and
+    evaluation scaled to the trial's budget. Its data and frozen layers land in the sweep's
+    caches, which the sweep then reads."""
+    import torch
+
+    from mtbert.config import build_config
+    from mtbert.data.tokenize import prepare
+    from mtbert.train.loop import steps_per_epoch, train
+
+    cfg = build_config(config)
+    epochs = cfg.train.epochs
+    short = build_config(config, {"train.epochs": 2, "sampling.steps_per_epoch": MEASURE_STEPS,
+                                  "train.save_checkpoint": False, "train.patience": None})
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        t0 = time.perf_counter()
+        prepared = prepare(short, log=None)
+        data_s = time.perf_counter() - t0
+        result = train(short, prepared=prepared, log=None)
+    finally:
+        torch.set_num_threads(before)
+    steps = steps_per_epoch(cfg, {t: len(ds) for t, ds in prepared.train.items()})
+    phases = result.timings
+    step_s = result.epochs[-1]["epoch_time_s"] / MEASURE_STEPS
+    eval_s = phases.get("eval", 0.0) / 2
+    return {"data_s": data_s, "model_s": phases.get("model", 0.0), "cache_s": phases.get("cache", 0.0),
+            "step_s": step_s, "steps": steps * epochs, "eval_s": eval_s, "epochs": epochs,
+            "trial_s": phases.get("model", 0.0) + steps * epochs * step_s + epochs * eval_s + TRIAL_OVERHEAD_S}
+
+
+def plan_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool = False, measure: bool = True,
+               num_cpus: int | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Print the plan of a sweep; returns its figures (trials, concurrency, the estimate)."""
+    from orchestration.run.searcher import make_searcher
+
+    sweep = load_sweep(path, overrides, smoke)
+    planner = Planner(sweep)
+    total = make_searcher(planner).total_trials
+    fixed = planner.fixed_trials()
+    seeds = (f"adaptive: {sweep.adaptive.start} seeds, up to {sweep.adaptive.max} where a claim is open"
+             if sweep.adaptive is not None else f"{len(sweep.seeds)} ({', '.join(map(str, sweep.seeds))})")
+    at_once = concurrency(sweep, num_cpus)
+    log(f"sweep {sweep.name}{' (smoke)' if smoke else ''}: {total} trials{' at most' if sweep.adaptive else ''}, "
+        f"search {sweep.spec.search.algorithm}, seeds {seeds}, {at_once} at a time "
+        f"(resources cpu {sweep.spec.resources.cpu:g}, gpu {sweep.spec.resources.gpu:g}); "
+        f"MLflow experiment {sweep.experiment!r}")
+    configs: dict[str, dict] = {}
+    for t in fixed:
+        configs.setdefault(t["variant"], {"role": t["role"], "values": t["values"], "seeds": []})["seeds"].append(t["seed"])
+    for variant, c in configs.items():
+        values = ", ".join(f"{k}={v}" for k, v in c["values"].items()) or "(the base config)"
+        log(f"  {variant:<12} {c['role']:<9} seeds {','.join(map(str, c['seeds'])):<8} {values}")
+    if planner.optuna_trials():
+        log(f"  + {planner.optuna_trials()} trials that Optuna samples as the sweep runs")
+    for claim in sweep.claims:
+        log(f"  claim {claim.name}: {claim.metric}, A {claim.relation} B")
+    if not smoke:
+        clamps = smoke_clamps(path, overrides)
+        log(f"--smoke would clamp {len(clamps)} key(s)" + (": " + "; ".join(clamps) if clamps else ""))
+    out: dict[str, Any] = {"trials": total, "concurrency": at_once, "configurations": len(configs)}
+    if measure and fixed:
+        cost = measure_trial(fixed[0]["config"], max(1, int(sweep.spec.resources.cpu)))
+        waves = math.ceil(total / at_once)
+        estimate = cost["data_s"] + cost["cache_s"] + waves * cost["trial_s"]
+        out.update(cost, estimate_s=estimate)
+        log(f"estimate: {_hms(estimate)} for the sweep ({waves} wave(s) of {at_once} trial(s) of about "
+            f"{cost['trial_s']:.0f} s: {cost['steps']} steps of {cost['step_s'] * 1000:.0f} ms, {cost['epochs']} "
+            f"evaluation(s) of {cost['eval_s']:.1f} s, model {cost['model_s']:.1f} s, "
+            f"{TRIAL_OVERHEAD_S:.0f} s of worker and tracking; shared setup {cost['data_s'] + cost['cache_s']:.0f} s), "
+            f"from {MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early "
+            f"(ASHA, patience) make it shorter")
+    return out
+
+
+def _hms(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
