@@ -762,6 +762,9 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
         except ImportError as exc:
             raise ConfigError(f"plugins[{i}]: cannot import '{name}' ({exc}); it must be importable "
                               f"from the working directory or the environment") from None
+        except SystemExit as exc:  # an exit (even 0) would end the command as if it had succeeded
+            raise ConfigError(f"plugins[{i}]: importing '{name}' called sys.exit({exc.code!r}); a plugin "
+                              "registers tasks or components and returns") from None
         except Exception as exc:  # the plugin's own code failed: say which plugin
             raise ConfigError(f"plugins[{i}]: importing '{name}' raised {type(exc).__name__}: {exc}") from None
     return modules
