@@ -556,6 +556,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text}: expected key=value")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {text}: '{key.strip()}' is not a dotted key (an empty part between dots), "
+                          "e.g. --set optim.lr=1e-4")
     try:
         value = load_yaml_text(raw, f"--set {key.strip()}") if raw.strip() else ""
     except ConfigError as exc:

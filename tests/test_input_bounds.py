@@ -337,3 +337,95 @@ def test_reading_commands_say_a_closed_port_at_once(argv, capsys, tmp_path, monk
     assert error_line(capsys, [*argv, "--tracking-uri", f"http://127.0.0.1:{port}"]) == (
         f"mtbert: error: tracking server http://127.0.0.1:{port} unreachable (connection refused); "
         "start it or pass another --tracking-uri")
+
+
+# --------------------------------------------------------------------------- weak answers, each naming its row, file or key
+
+def test_a_set_key_with_an_empty_part_names_the_set(capsys):
+    assert error_line(capsys, ["train", "--set", "optim.lr.=1e-3"]) == (
+        "mtbert: error: --set optim.lr.=1e-3: 'optim.lr.' is not a dotted key (an empty part between dots), "
+        "e.g. --set optim.lr=1e-4")
+
+
+@pytest.mark.parametrize("row, says", [
+    ('2,"an unclosed quote,3', "row 3: unclosed quote (its field runs on to line 5, taking the rows after it)"),
+    ("2," + "x" * (1 << 20) + ",3", "row 3: field larger than field limit (131072)"),
+])
+def test_a_bad_data_row_is_named(row, says, tmp_path, capsys):
+    path = tmp_path / "sst.csv"
+    path.write_text("id,sentence,label\n1,fine,1\n" + row + "\n3,after it,4\n4,last,0\n")
+    files = f"{{sst: {{train: {path}, dev: {path}, format: csv}}}}"
+    line = error_line(capsys, ["train", "--set", "tasks=[sst]", "--set", "data.source=files",
+                               "--set", f"data.files={files}", "--set", "data.on_bad_row=error",
+                               "--set", f"data.cache_dir={tmp_path / 'cache'}", "--output", str(tmp_path / "out")])
+    assert line == f"mtbert: error: {path}: {says}"
+
+
+def test_a_truncated_sweep_record_names_its_file(tmp_path, capsys):
+    run = tmp_path / "runs" / "s-1"
+    run.mkdir(parents=True)
+    (run / "tuner.pkl").write_bytes(b"")  # Tune saved its state; the driver was killed writing its own
+    (run / "mtbert_sweep.json").write_text('{"tracking_uri": "sqlite:///x.db", "exper')
+    line = error_line(capsys, ["sweep", "resume", str(run)])
+    assert line.startswith(f"mtbert: error: {run / 'mtbert_sweep.json'}: unreadable (") and \
+        line.endswith("the sweep cannot be resumed from it (a copy from a backup, or a new `sweep run`)"), line
+
+
+def test_a_resume_says_its_sweep_file_was_edited(tmp_path):
+    import hashlib
+
+    from orchestration.run.launch import _say_if_edited
+
+    path = tmp_path / "s.yaml"
+    path.write_text("space: {optim.lr: [1.0e-3]}\n")
+    state = {"sweep_file": str(path), "sweep_text_sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    said: list[str] = []
+    _say_if_edited(state, said.append)
+    assert said == []
+    path.write_text("space: {optim.lr: [1.0e-3, 2.0e-3]}\n")
+    _say_if_edited(state, said.append)
+    assert said == [f"{path} changed since this sweep started; resume continues the plan it started with "
+                    "(the edits take effect in a new `sweep run`)"]
+
+
+def test_sweep_submit_validates_the_sweep_before_submitting(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_sweep(tmp_path / "s.yaml", space={"optim.lr": [1e-3]}, search={"algoritm": "grid"})
+    port = free_port()  # nothing listens: a submit that got past the check would say so instead
+    assert error_line(capsys, ["sweep", "submit", "s.yaml", "--address", f"http://127.0.0.1:{port}"]) == (
+        f"mtbert: error: {path.name}: search.algoritm: unknown key (did you mean 'search.algorithm'?)")
+
+
+def test_best_of_a_sweep_whose_every_trial_failed_says_why(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from .orchestration.conftest import new_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = new_experiment(client, "broken")
+    parent = client.create_run(exp, tags={"role": "sweep"}, run_name="b0")
+    for key in ("p000-s0", "p001-s0"):
+        run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": key[:4],
+                                           "trial_key": key, "error": "Traceback ...\nTrainingError: loss is nan"})
+        client.set_terminated(run.info.run_id, "FAILED")
+    capsys.readouterr()
+    assert error_line(capsys, ["best", "--experiment", "broken", "--tracking-uri", uri]) == (
+        f"mtbert: error: sweep b0 ({parent.info.run_id}) has no finished trials: all 2 ended without a result "
+        "(2 FAILED); trial p000-s0: TrainingError: loss is nan")
+
+
+def test_findings_for_a_sweep_the_store_never_ran(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from .orchestration.conftest import new_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    new_experiment(MlflowClient(uri), "other")
+    path = write_sweep(tmp_path / "mine.yaml", space={"optim.lr": [1e-3, 2e-3]},
+                       claims=[{"name": "c", "metric": "overall", "a": {"optim.lr": 1e-3}, "b": {"optim.lr": 2e-3},
+                                "relation": ">"}])
+    capsys.readouterr()
+    assert error_line(capsys, ["findings", str(path), "--tracking-uri", uri]) == (
+        f"mtbert: error: experiment mine of the claims is not in {uri} (it holds Default, other); run the "
+        "sweep, or pass the --tracking-uri it ran with")

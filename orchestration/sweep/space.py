@@ -13,7 +13,6 @@ Most dimensions set one config key, their own `key`. A `points` dimension sets s
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
