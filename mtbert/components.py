@@ -61,7 +61,9 @@ class Registry(dict):
         if not (isinstance(settings, type) and issubclass(settings, Settings)):
             raise ValueError(f"{component.__name__}.Settings: must subclass mtbert.components.Settings")
         taken = self.get(name)
-        if taken is not None and (taken.__module__, taken.__qualname__) != (component.__module__, component.__qualname__):
+        same = taken is not None and (taken.__module__, taken.__qualname__) == (component.__module__,
+                                                                                component.__qualname__)
+        if taken is not None and not same:
             # A second class under a taken name would silently change what every config naming
             # it trains (a module imported again redefines its own class: that is the same one).
             raise ValueError(f"{component.__name__}: {self.what} '{name}' is already {taken.__module__}."

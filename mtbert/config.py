@@ -463,7 +463,10 @@ def _build(tp, value: Any, path: str):
     elif tp is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer of 309 digits or more
+                number = math.inf
         elif isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
             try:
                 number = float(value)

@@ -348,7 +348,8 @@ def test_a_set_key_with_an_empty_part_names_the_set(capsys):
 
 
 @pytest.mark.parametrize("row, says", [
-    ('2,"an unclosed quote,3', "row 3: unclosed quote (its field runs on to line 5, taking the rows after it)"),
+    ('2,"an unclosed quote,3',
+     "row 3: unclosed quote (its field runs on to line 5, taking the rows after it)"),
     ("2," + "x" * (1 << 20) + ",3", "row 3: field larger than field limit (131072)"),
 ])
 def test_a_bad_data_row_is_named(row, says, tmp_path, capsys):

@@ -297,6 +297,8 @@ def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | i
         ok = float(raw).is_integer()
     if not ok:
         raise SweepError(f"{where}.{name}: expected {'int' if integer else 'number'}, got {raw!r}")
+    if not math.isfinite(float(raw) if abs(raw) < 1e308 else math.inf):  # a range to infinity samples nothing
+        raise SweepError(f"{where}.{name}: expected a finite number, got {raw!r}")
     return int(raw) if integer else float(raw)
 
 

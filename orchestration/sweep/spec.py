@@ -327,6 +327,8 @@ def configurations_of(spec: SweepFile, dims: list[Dimension]) -> int:
 
 def _check_sizes(spec: SweepFile, dims: list[Dimension], where: str) -> None:
     """The bounds above, each in one line naming its key, before anything is expanded."""
+    if not 0 <= spec.search.seed < SEED_LIMIT:
+        raise SweepError(f"{where}: search.seed: must be in 0..{SEED_LIMIT - 1}, got {spec.search.seed}")
     if len(dims) > MAX_DIMENSIONS:
         raise SweepError(f"{where}: space: {len(dims)} dimensions, over the bound of {MAX_DIMENSIONS}")
     if spec.num_samples > MAX_CONFIGURATIONS:
