@@ -120,7 +120,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
         except ImportError:
             raise FileNotFoundError(f"--model {args.model}: no such folder") from None
         # Read only: a name with no store beside it must not leave an empty ./mlflow.db.
-        folder = resolve_bundle(args.model, reading_store(args.tracking_uri))
+        try:
+            uri = reading_store(args.tracking_uri)
+        except ValueError as exc:
+            if args.model.startswith(("models:/", "runs:/")):
+                raise
+            raise FileNotFoundError(f"--model {args.model}: no such folder; as a run id or a registered "
+                                    f"model name: {exc}") from None
+        folder = resolve_bundle(args.model, uri)
         print(f"model: {args.model} -> bundle {folder}")
     check_output_folder(output)
     bundle = load_model(folder, device=args.device, encoder=args.encoder)
