@@ -17,8 +17,11 @@ def _exit_code(outcome) -> int:
 
 
 def cmd_sweep_run(args: argparse.Namespace) -> int:
+    from mtbert.outputs import check_output_folder
     from orchestration.run.launch import run_sweep
 
+    if args.storage:
+        check_output_folder(args.storage, "--storage")
     outcome = run_sweep(args.file, overrides=args.set, smoke=args.smoke, name=args.name,
                         address=args.address, tracking_uri=args.tracking_uri, num_cpus=args.num_cpus,
                         storage=args.storage)
@@ -52,6 +55,8 @@ def _existing_store(tracking_uri: str | None) -> str:
 
     uri = resolve_tracking_uri(tracking_uri, None)
     path = sqlite_path(uri)
+    if path is not None and Path(path).is_dir():
+        raise SweepError(f"--tracking-uri {uri}: {path} is a folder, not a sqlite file")
     if path is not None and not Path(path).is_file():
         raise SweepError(f"--tracking-uri {uri}: no such store (file {path} does not exist)")
     return uri

@@ -195,7 +195,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Fields | None]]:
                 continue
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested past Python's limit
                 obj = None
             yield line, obj if isinstance(obj, dict) else {BAD_JSON: True}
 

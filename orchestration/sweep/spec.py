@@ -331,6 +331,10 @@ def _check_sizes(spec: SweepFile, dims: list[Dimension], where: str) -> None:
         raise SweepError(f"{where}: search.seed: must be in 0..{SEED_LIMIT - 1}, got {spec.search.seed}")
     if len(dims) > MAX_DIMENSIONS:
         raise SweepError(f"{where}: space: {len(dims)} dimensions, over the bound of {MAX_DIMENSIONS}")
+    for dim in dims:  # each value is validated as a config at load: a choice's too
+        values = len(dim.check_overrides())
+        if values > MAX_CONFIGURATIONS:
+            raise SweepError(f"{dim.where}: {values:,} values, over the bound of {MAX_CONFIGURATIONS:,}")
     if spec.num_samples > MAX_CONFIGURATIONS:
         raise SweepError(f"{where}: num_samples: {spec.num_samples}, over the bound of {MAX_CONFIGURATIONS:,} "
                          "configurations")
