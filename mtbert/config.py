@@ -702,6 +702,8 @@ def load_yaml_text(text: str, where: str) -> Any:
 
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file")
     size = path.stat().st_size

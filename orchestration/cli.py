@@ -22,6 +22,9 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
 
     if args.storage:
         check_output_folder(args.storage, "--storage")
+    if args.name is not None and (not args.name.strip() or Path(args.name).name != args.name
+                                  or args.name in (".", "..")):
+        raise SweepError(f"--name {args.name!r}: a folder name under the storage folder (no '/', not . or ..)")
     outcome = run_sweep(args.file, overrides=args.set, smoke=args.smoke, name=args.name,
                         address=args.address, tracking_uri=args.tracking_uri, num_cpus=args.num_cpus,
                         storage=args.storage)

@@ -430,3 +430,23 @@ def test_findings_for_a_sweep_the_store_never_ran(tmp_path, capsys):
     assert error_line(capsys, ["findings", str(path), "--tracking-uri", uri]) == (
         f"mtbert: error: experiment mine of the claims is not in {uri} (it holds Default, other); run the "
         "sweep, or pass the --tracking-uri it ran with")
+
+
+def test_a_tokenizer_larger_than_the_embedding_table_fails_before_training(tmp_path, capsys):
+    from transformers import BertConfig, BertModel
+
+    from mtbert.data.tokenize import _wrap, train_wordpiece
+
+    folder = tmp_path / "encoder"
+    folder.mkdir()
+    words = [f"word{i} thing{i} other{i}" for i in range(300)]
+    (tmp_path / "tok.json").write_text(train_wordpiece(words).to_str())
+    tokenizer = _wrap(tmp_path / "tok.json")
+    tokenizer.save_pretrained(folder)
+    BertModel(BertConfig(vocab_size=len(tokenizer) - 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(folder)
+    capsys.readouterr()  # transformers' progress bar of the save
+    line = error_line(capsys, ["train", *TRAIN_FAST, "--set", f"model.name_or_path={folder}",
+                               "--set", f"data.cache_dir={tmp_path / 'cache'}", "--output", str(tmp_path / "out")])
+    assert line == (f"mtbert: error: model.name_or_path: '{folder}': its tokenizer has {len(tokenizer):,} tokens "
+                    f"but the encoder embeds {len(tokenizer) - 10:,}; the tokenizer files are another model's")
