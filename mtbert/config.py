@@ -340,6 +340,7 @@ class TrainConfig:
             raise ConfigError(f"train.patience: must be >= 1 (or null), got {self.patience}")
         if self.frozen_cache_mb < 0:
             raise ConfigError(f"train.frozen_cache_mb: must be >= 0 (0 = off), got {self.frozen_cache_mb}")
+        check_size("train.frozen_cache_mb", self.frozen_cache_mb, 1 << 20, least=0)  # a terabyte
 
 
 @dataclass

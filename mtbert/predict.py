@@ -65,11 +65,13 @@ def predict_split(bundle, split: str, output: str | Path,
     from mtbert.tasks import get_task
 
     output = Path(output)
+    # Every split read first: a file that cannot be read leaves no folder and no task's file.
+    read = {name: _examples(bundle.config, name, split, as_trained) for name in bundle.tasks}
     output.mkdir(parents=True, exist_ok=True)
     done = []
     for name in bundle.tasks:
         task = get_task(name)
-        examples, source = _examples(bundle.config, name, split, as_trained)
+        examples, source = read[name]
         ds = bundle.encode(name, examples)
         sorted_preds, order = bundle.predict_dataset(ds)
         labelled = all(e.label is not None for e in examples)

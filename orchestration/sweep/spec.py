@@ -117,6 +117,7 @@ MAX_SEEDS = 50  # seeds of a list, and adaptive seeds' max
 MAX_TRIALS = 20_000  # configurations x seeds (adaptive: at max, or the budget)
 MAX_HOURS = 24 * 366  # seeds.budget.hours
 MAX_CLAIMS = 200
+MAX_OUTAGE_S = 7 * 24 * 3600  # tracking.outage_s
 
 FILE_ONLY = ("space", "baseline", "smoke", "base", "base_config", "claims")  # not changed by --set
 SWEEP_KEYS = {f.name for f in fields(SweepFile)} - set(FILE_ONLY)
@@ -689,6 +690,9 @@ def _check_counts(sweep: Sweep, where: str) -> None:
         raise SweepError(f"{where}: max_concurrent: must be >= 1 (or null), got {spec.max_concurrent}")
     if spec.tracking.outage_s <= 0:
         raise SweepError(f"{where}: tracking.outage_s: must be > 0 seconds, got {spec.tracking.outage_s}")
+    if spec.tracking.outage_s > MAX_OUTAGE_S:
+        raise SweepError(f"{where}: tracking.outage_s: {spec.tracking.outage_s:g}, over the bound of "
+                         f"{MAX_OUTAGE_S:,} seconds (a week)")
     if spec.max_failures < 0:
         raise SweepError(f"{where}: max_failures: must be >= 0, got {spec.max_failures}")
     if spec.resources.cpu <= 0 or spec.resources.gpu < 0:
