@@ -102,18 +102,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from mtbert.bundle import load_model
     from mtbert.config import build_config, to_dict
+    from mtbert.outputs import check_output_folder
     from mtbert.predict import predict_split
     from mtbert.train.metrics import overall
 
-    from mtbert.outputs import check_output_folder
-
     folder = Path(args.model)
+    from_store = not folder.exists()  # a name the sweep printed: a models:/ URI, a run id, a registered model
     # Predictions go beside a bundle folder the user named; a model fetched from the store
     # lives in a cache folder, so its predictions go to the folder the command runs in.
-    output = Path(args.output) if args.output else folder / "predictions"
-    if not folder.exists():  # a name the sweep printed: a models:/ URI, a run id, a registered model
-        output = Path(args.output) if args.output else Path("predictions")
-        check_output_folder(output)
+    output = Path(args.output) if args.output else Path("predictions") if from_store else folder / "predictions"
+    check_output_folder(output)
+    if from_store:
         try:
             from orchestration.cli import reading_store
             from orchestration.track.models import resolve_bundle
@@ -129,7 +128,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                     f"model name: {exc}") from None
         folder = resolve_bundle(args.model, uri)
         print(f"model: {args.model} -> bundle {folder}")
-    check_output_folder(output)
     bundle = load_model(folder, device=args.device, encoder=args.encoder)
     if args.set:
         # Data keys only matter here: the files may live elsewhere than where it trained.
