@@ -450,3 +450,21 @@ def test_a_tokenizer_larger_than_the_embedding_table_fails_before_training(tmp_p
                                "--set", f"data.cache_dir={tmp_path / 'cache'}", "--output", str(tmp_path / "out")])
     assert line == (f"mtbert: error: model.name_or_path: '{folder}': its tokenizer has {len(tokenizer):,} tokens "
                     f"but the encoder embeds {len(tokenizer) - 10:,}; the tokenizer files are another model's")
+
+
+def test_a_store_mlflow_would_have_to_change_is_left_alone(tmp_path, capsys):
+    # MLflow's table names without the rest of its schema (an older MLflow's store looks alike):
+    # MLflow's client would create every table it lacks before reading. This also fails loudly
+    # when MLflow moves the table list the check reads.
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE experiments (experiment_id, name)")
+    con.execute("CREATE TABLE runs (run_uuid)")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    line = error_line(capsys, ["best", "--experiment", "x", "--tracking-uri", f"sqlite:///{db}"])
+    assert line.startswith(f"mtbert: error: tracking store sqlite:///{db} unusable: not a store of this MLflow (no ")
+    assert line.endswith("reading it through MLflow would change it (`mlflow db upgrade` migrates a store of an "
+                         "older MLflow); it is left as it is")
+    assert db.read_bytes() == before
