@@ -59,6 +59,17 @@ class BundleError(ValueError):
     """A folder that is not a model bundle, or whose frozen weights cannot be had."""
 
 
+def _read_meta(meta: Path) -> dict:
+    """bundle.json, or one line naming it (a copy cut short, a file edited by hand)."""
+    try:
+        found = json.loads(meta.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{meta}: unreadable ({exc}); the bundle is damaged") from None
+    if not isinstance(found, dict):
+        raise BundleError(f"{meta}: expected a JSON object; the bundle is damaged")
+    return found
+
+
 def save_atomic(obj, path: Path) -> None:
     """torch.save beside and rename: a run killed mid-write keeps the previous file, and a copy
     of the folder made by linking its files keeps its own."""
@@ -247,7 +258,7 @@ def load_model(path: str | Path, device: str = "auto", encoder: str | None = Non
     from mtbert.train import measure
 
     path = _bundle_folder(path)
-    meta = json.loads((path / "bundle.json").read_text())
+    meta = _read_meta(path / "bundle.json")
     if meta.get("format", 1) > FORMAT:
         raise BundleError(f"{path}: bundle format {meta['format']} is newer than this mtbert reads "
                           f"({FORMAT}); update mtbert")
@@ -357,7 +368,7 @@ def read_weights(path: str | Path) -> dict:
 def _bundle_folder(path: str | Path) -> Path:
     path = Path(path)
     meta = path / "bundle.json"
-    named = meta.is_file() and "tokenizer" in json.loads(meta.read_text())
+    named = meta.is_file() and "tokenizer" in _read_meta(meta)
     missing = [n for n in (WEIGHTS, "config.yaml", "bundle.json", *(() if named else ("tokenizer",)))
                if not (path / n).exists()]
     if missing:
@@ -404,7 +415,7 @@ def _model_from(path: Path, cfg, meta: dict, source: str):
 def is_slim(path: str | Path) -> bool:
     """Whether the bundle at `path` names its frozen weights instead of storing them."""
     meta = Path(path) / "bundle.json"
-    return meta.is_file() and "frozen" in json.loads(meta.read_text())
+    return meta.is_file() and "frozen" in _read_meta(meta)
 
 
 def make_self_contained(path: str | Path, output: str | Path | None = None, encoder: str | None = None) -> Path:
@@ -423,7 +434,7 @@ def make_self_contained(path: str | Path, output: str | Path | None = None, enco
             bundle.tokenizer.save_pretrained(out / "tokenizer")
         # model.pt first: a bundle stopped between the two writes still loads (load_stored).
         save_atomic(bundle.model.state_dict(), out / WEIGHTS)
-        meta = json.loads((out / "bundle.json").read_text())
+        meta = _read_meta(out / "bundle.json")
         meta.pop("frozen")
         meta.pop("tokenizer", None)
         (out / "bundle.json").write_text(json.dumps(meta, indent=2))

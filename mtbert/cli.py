@@ -15,8 +15,9 @@ RUN_FILES = ("result.json", "best", "last")
 
 def _partial_folder(out: Path) -> Path:
     """A fresh folder beside --output that the run writes into (checked before any compute)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--output {out}: exists and is not a folder")
+    from mtbert.outputs import check_output_folder
+
+    check_output_folder(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
@@ -101,21 +102,31 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from mtbert.bundle import load_model
     from mtbert.config import build_config, to_dict
+    from mtbert.outputs import check_output_folder
     from mtbert.predict import predict_split
     from mtbert.train.metrics import overall
 
     folder = Path(args.model)
+    from_store = not folder.exists()  # a name the sweep printed: a models:/ URI, a run id, a registered model
     # Predictions go beside a bundle folder the user named; a model fetched from the store
     # lives in a cache folder, so its predictions go to the folder the command runs in.
-    output = Path(args.output) if args.output else folder / "predictions"
-    if not folder.exists():  # a name the sweep printed: a models:/ URI, a run id, a registered model
-        output = Path(args.output) if args.output else Path("predictions")
+    output = Path(args.output) if args.output else Path("predictions") if from_store else folder / "predictions"
+    check_output_folder(output)
+    if from_store:
         try:
-            from orchestration.paths import resolve_tracking_uri
+            from orchestration.cli import reading_store
             from orchestration.track.models import resolve_bundle
         except ImportError:
             raise FileNotFoundError(f"--model {args.model}: no such folder") from None
-        folder = resolve_bundle(args.model, resolve_tracking_uri(args.tracking_uri, None))
+        # Read only: a name with no store beside it must not leave an empty ./mlflow.db.
+        try:
+            uri = reading_store(args.tracking_uri)
+        except ValueError as exc:
+            if args.model.startswith(("models:/", "runs:/")):
+                raise
+            raise FileNotFoundError(f"--model {args.model}: no such folder; as a run id or a registered "
+                                    f"model name: {exc}") from None
+        folder = resolve_bundle(args.model, uri)
         print(f"model: {args.model} -> bundle {folder}")
     bundle = load_model(folder, device=args.device, encoder=args.encoder)
     if args.set:
@@ -130,7 +141,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_bundle(args: argparse.Namespace) -> int:
     from mtbert.bundle import is_slim, make_self_contained
+    from mtbert.outputs import check_output_folder
 
+    if args.output:
+        check_output_folder(args.output, new=True)
+    elif Path(args.model).is_dir():  # in place
+        check_output_folder(args.model, "bundle")
     was_slim = is_slim(args.model)
     out = make_self_contained(args.model, args.output, encoder=args.encoder)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20

@@ -60,6 +60,14 @@ class Registry(dict):
         settings = getattr(component, "Settings", Settings)
         if not (isinstance(settings, type) and issubclass(settings, Settings)):
             raise ValueError(f"{component.__name__}.Settings: must subclass mtbert.components.Settings")
+        taken = self.get(name)
+        same = taken is not None and (taken.__module__, taken.__qualname__) == (component.__module__,
+                                                                                component.__qualname__)
+        if taken is not None and not same:
+            # A second class under a taken name would silently change what every config naming
+            # it trains (a module imported again redefines its own class: that is the same one).
+            raise ValueError(f"{component.__name__}: {self.what} '{name}' is already {taken.__module__}."
+                             f"{taken.__qualname__}; register it under another name")
         self[name] = component
         return component
 
@@ -81,8 +89,15 @@ class Registry(dict):
         if not isinstance(settings, component.Settings):
             raise ConfigError(f"{self.key}: {settings.name} takes {component.Settings.__qualname__}, "
                               f"got {type(settings).__qualname__}")
-        settings.check(self.key)
-        component.check_config(settings, key or self.key, cfg)
+        try:
+            settings.check(self.key)
+            component.check_config(settings, key or self.key, cfg)
+        except ConfigError:
+            raise
+        except Exception as exc:  # a plugin's check written as an assert: still one line, naming it
+            detail = f": {exc}" if str(exc) else ""
+            raise ConfigError(f"{key or self.key}: {self.what} {settings.name} refused its settings "
+                              f"({type(exc).__name__}{detail}) in {component.__module__}") from None
 
 
 # The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/;

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import importlib
 import logging
+import math
 import os
 import sys
 import types
@@ -43,6 +44,21 @@ class TinyEncoder:
     intermediate: int = 128
 
 
+def check_size(key: str, value: int | None, most: int, least: int = 1) -> None:
+    """A size the config names, within its bound: far beyond any model or run this trains, so
+    a typo (an extra 0, 10**9) is one line at load instead of an allocation that never ends."""
+    if value is not None and not least <= value <= most:
+        raise ConfigError(f"{key}: must be in {least}..{most:,}, got {value:,}")
+
+
+# Bounds of the sizes a config names (check_size); BERT-large is 24 x 1024, 16 heads, 4096 wide.
+MAX_LAYERS, MAX_WIDTH, MAX_HEADS = 96, 16_384, 256
+MAX_TOKENS = 8_192  # tokens per sequence
+MAX_BATCH = 65_536
+MAX_EXAMPLES = 10_000_000  # synthetic examples per task
+MAX_EPOCHS = 100_000
+
+
 @dataclass
 class ModelConfig:
     # "tiny" = random-init BERT over the synthetic vocabulary; otherwise a hub name
@@ -57,6 +73,12 @@ class ModelConfig:
     def check(self) -> None:
         if not self.max_length > 0:
             raise ConfigError(f"model.max_length: must be > 0, got {self.max_length}")
+        check_size("model.max_length", self.max_length, MAX_TOKENS)
+        if self.name_or_path == "tiny":
+            t = self.tiny
+            for key, most in (("layers", MAX_LAYERS), ("hidden", MAX_WIDTH), ("heads", MAX_HEADS),
+                              ("intermediate", 4 * MAX_WIDTH)):
+                check_size(f"model.tiny.{key}", getattr(t, key), most)
 
 
 @dataclass
@@ -100,6 +122,9 @@ class DataConfig:
     cache_dir: str = ".mtbert_cache"  # tokenized datasets, keyed by content
 
     def check(self, tasks: list[str]) -> None:
+        if self.source == "synthetic":
+            check_size("data.synthetic.train_size", self.synthetic.train_size, MAX_EXAMPLES)
+            check_size("data.synthetic.dev_size", self.synthetic.dev_size, MAX_EXAMPLES)
         if self.source == "cs224n" and not self.dir:
             raise ConfigError("data.dir: required when data.source is cs224n")
         if self.source == "synthetic" and self.files:
@@ -138,6 +163,7 @@ class HeadsConfig:
     pooled_layernorm: bool = False  # LayerNorm on the pooled output (progressive paper)
 
     def check(self, tasks: list[str]) -> None:
+        check_size("heads.hidden", self.hidden, MAX_WIDTH)
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"heads.dropout: must be in [0, 1), got {self.dropout}")
         for t, p in (self.task_dropout or {}).items():
@@ -265,6 +291,10 @@ class TaskOptions:
     def check(self, task: str) -> None:
         if self.max_length is not None and self.max_length <= 0:
             raise ConfigError(f"task_options.{task}.max_length: must be > 0, got {self.max_length}")
+        check_size(f"task_options.{task}.max_length", self.max_length, MAX_TOKENS)
+
+
+SEED_LIMIT = 2**32  # seeds are numpy's too, which must be below it
 
 
 @dataclass
@@ -302,10 +332,16 @@ class TrainConfig:
         for key in ("grad_accum", "epochs", "batch_size"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
+        for key, most in (("epochs", MAX_EPOCHS), ("batch_size", MAX_BATCH), ("eval_batch_size", MAX_BATCH),
+                          ("grad_accum", MAX_BATCH), ("patience", MAX_EPOCHS)):
+            check_size(f"train.{key}", getattr(self, key), most)
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise ConfigError(f"train.seed: must be in 0..{SEED_LIMIT - 1}, got {self.seed}")
         if self.patience is not None and self.patience < 1:
             raise ConfigError(f"train.patience: must be >= 1 (or null), got {self.patience}")
         if self.frozen_cache_mb < 0:
             raise ConfigError(f"train.frozen_cache_mb: must be >= 0 (0 = off), got {self.frozen_cache_mb}")
+        check_size("train.frozen_cache_mb", self.frozen_cache_mb, 1 << 20, least=0)  # a terabyte
 
 
 @dataclass
@@ -427,13 +463,23 @@ def _build(tp, value: Any, path: str):
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:  # an integer of 309 digits or more
+                number = math.inf
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
+            try:
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            # .inf and .nan pass every `x > 0` or `x < 1` a setting is checked with, then
+            # surface as a NaN loss or a verdict "within inf": no setting here means either.
+            if not math.isfinite(number):
+                raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            return number
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -515,9 +561,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text}: expected key=value")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set {text}: '{key.strip()}' is not a dotted key (an empty part between dots), "
+                          "e.g. --set optim.lr=1e-4")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = load_yaml_text(raw, f"--set {key.strip()}") if raw.strip() else ""
+    except ConfigError as exc:
+        if "not valid YAML" not in str(exc):
+            raise  # over a bound, a key twice: not plain text that failed to parse
         value = raw
     return key.strip(), value
 
@@ -546,16 +597,125 @@ def merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file")
+# Bounds of what a YAML input may name, checked before anything is built from it: a config or
+# sweep file is a few KB, and YAML aliases let a 1 KB file name a billion values (each alias
+# repeats the node it names), which building the config would expand until memory runs out.
+YAML_MAX_BYTES = 1 << 20
+YAML_MAX_VALUES = 100_000  # scalars, lists and mappings, every alias counted as what it names
+YAML_MAX_DEPTH = 50  # levels of nesting
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader in pure Python: its composer recurses in Python, so a file nested
+    beyond the interpreter's limit is a RecursionError here, not a crash in C."""
+
+
+def _node_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _at(where: str, path: str) -> str:
+    return f"{where}: {path}" if path else where
+
+
+def _check_nodes(root: yaml.Node, where: str) -> None:
+    """The composed document against the bounds, before any Python object is built from it:
+    its size with every alias expanded (computed once per node, so a bomb costs nothing to
+    measure), its depth, aliases that contain themselves, and keys written twice."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node, path: str, depth: int) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError(f"{_at(where, path)}: a YAML alias that contains itself")
+        if depth > YAML_MAX_DEPTH:
+            raise ConfigError(f"{_at(where, path)}: nested more than {YAML_MAX_DEPTH} levels deep (the bound)")
+        open_nodes.add(id(node))
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child, f"{path}[{i}]", depth + 1) for i, child in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], yaml.Node] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, yaml.ScalarNode) else "?"
+                sub = _node_path(path, name)
+                if isinstance(key, yaml.ScalarNode):
+                    first = seen.setdefault((key.tag, key.value), key)
+                    if first is not key:
+                        raise ConfigError(f"{where}: line {key.start_mark.line + 1}: {sub}: duplicate key (also at "
+                                          f"line {first.start_mark.line + 1}); YAML would silently keep the last")
+                total += size(key, sub, depth + 1) + size(value, sub, depth + 1)
+        open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    if size(root, "", 0) <= YAML_MAX_VALUES:
+        return
+    # Name the deepest key whose own expansion is over the bound; of several, the last in the
+    # file, as an alias comes after its anchor: the key that uses the bomb, not its parts.
+    node, path = root, ""
+    while True:
+        children = ([(k.value if isinstance(k, yaml.ScalarNode) else "?", v) for k, v in node.value]
+                    if isinstance(node, yaml.MappingNode) else [])  # keys, not list positions
+        over = next(((k, v) for k, v in reversed(children) if sizes[id(v)] > YAML_MAX_VALUES), None)
+        if over is None:
+            break
+        node, path = over[1], _node_path(path, over[0])
+    n = sizes[id(node)]
+    shown = f"{n:,}" if n < 10**12 else f"about 10^{len(str(n)) - 1}"
+    raise ConfigError(f"{_at(where, path)}: {shown} values once its YAML aliases are expanded, "
+                      f"over the bound of {YAML_MAX_VALUES:,}")
+
+
+def _unshared(value: Any) -> Any:
+    """A copy in which no two places share an object: YAML builds an aliased node once and
+    puts the same dict at every alias, so `--set` on one place would change the others."""
+    if isinstance(value, dict):
+        return {k: _unshared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshared(v) for v in value]
+    return value
+
+
+def load_yaml_text(text: str, where: str) -> Any:
+    """YAML text -> plain data, within the bounds above, every key written once, no object
+    shared between two places. The one YAML loader of configs, sweep files and `--set` values."""
+    if len(text) > YAML_MAX_BYTES:
+        raise ConfigError(f"{where}: {len(text):,} characters, over the bound of {YAML_MAX_BYTES:,} "
+                          "for a config or sweep file")
+    loader = _YamlLoader(text)
     try:
-        data = yaml.safe_load(path.read_text())
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_nodes(node, where)
+        return _unshared(loader.construct_document(node))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        at = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{where}:{at} not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {YAML_MAX_DEPTH} levels deep (the bound)") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a YAML file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    size = path.stat().st_size
+    if size > YAML_MAX_BYTES:  # before reading it: the bound is also on what is read
+        raise ConfigError(f"{path}: {size:,} bytes, over the bound of {YAML_MAX_BYTES:,} for a config or sweep file")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    data = load_yaml_text(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -612,6 +772,9 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
         except ImportError as exc:
             raise ConfigError(f"plugins[{i}]: cannot import '{name}' ({exc}); it must be importable "
                               f"from the working directory or the environment") from None
+        except SystemExit as exc:  # an exit (even 0) would end the command as if it had succeeded
+            raise ConfigError(f"plugins[{i}]: importing '{name}' called sys.exit({exc.code!r}); a plugin "
+                              "registers tasks or components and returns") from None
         except Exception as exc:  # the plugin's own code failed: say which plugin
             raise ConfigError(f"plugins[{i}]: importing '{name}' raised {type(exc).__name__}: {exc}") from None
     return modules

@@ -32,6 +32,7 @@ class TaskPredictions:
 def _examples(cfg, task: str, split: str, as_trained: bool):
     from mtbert.data.readers import _cap, read_split
     from mtbert.data.types import Example
+    from mtbert.errors import DataError
 
     if cfg.data.source == "synthetic":
         if split == "test":
@@ -43,6 +44,11 @@ def _examples(cfg, task: str, split: str, as_trained: bool):
         # Synthetic rows have no file: their position is their id.
         return [Example(e.text, e.text2, e.label, str(i)) for i, e in enumerate(dev)], "synthetic dev"
     examples, bad = read_split(cfg, task, split)
+    if bad.total and not (split == "dev" and as_trained):
+        # A prediction file answers every row of the split: one skipped row would leave the
+        # hand-in a line short, and every line after it paired with the wrong id by position.
+        raise DataError(f"{bad.summary()}; a prediction file needs every row: fix it "
+                        f"(or --as-trained on dev scores the rows the run read)")
     if split == "dev" and as_trained:
         examples = _cap(examples, cfg.data.max_dev_examples, "data.max_dev_examples")
     return examples, bad.file
@@ -59,11 +65,13 @@ def predict_split(bundle, split: str, output: str | Path,
     from mtbert.tasks import get_task
 
     output = Path(output)
+    # Every split read first: a file that cannot be read leaves no folder and no task's file.
+    read = {name: _examples(bundle.config, name, split, as_trained) for name in bundle.tasks}
     output.mkdir(parents=True, exist_ok=True)
     done = []
     for name in bundle.tasks:
         task = get_task(name)
-        examples, source = _examples(bundle.config, name, split, as_trained)
+        examples, source = read[name]
         ds = bundle.encode(name, examples)
         sorted_preds, order = bundle.predict_dataset(ds)
         labelled = all(e.label is not None for e in examples)

@@ -112,6 +112,11 @@ def register_task(spec: TaskSpec) -> TaskSpec:
             raise ValueError(f"{where}: label_range must be (low, high) with low < high, got {spec.label_range}")
     if not spec.metric_name or not isinstance(spec.metric_name, str):
         raise ValueError(f"{where}: metric_name is required (e.g. '{spec.name}_acc')")
+    taken = TASKS.get(spec.name)
+    if taken is not None and taken != spec:
+        # Silently replacing it would change what every config naming it trains and scores.
+        raise ValueError(f"{where}: task '{spec.name}' is already registered ({taken.description or taken.kind}); "
+                         "register it under another name")
     clash = [t.name for t in TASKS.values() if t.metric_name == spec.metric_name and t.name != spec.name]
     if clash:
         raise ValueError(f"{where}: metric_name '{spec.metric_name}' is already task '{clash[0]}'s")

@@ -17,8 +17,14 @@ def _exit_code(outcome) -> int:
 
 
 def cmd_sweep_run(args: argparse.Namespace) -> int:
+    from mtbert.outputs import check_output_folder
     from orchestration.run.launch import run_sweep
 
+    if args.storage:
+        check_output_folder(args.storage, "--storage")
+    if args.name is not None and (not args.name.strip() or Path(args.name).name != args.name
+                                  or args.name in (".", "..")):
+        raise SweepError(f"--name {args.name!r}: a folder name under the storage folder (no '/', not . or ..)")
     outcome = run_sweep(args.file, overrides=args.set, smoke=args.smoke, name=args.name,
                         address=args.address, tracking_uri=args.tracking_uri, num_cpus=args.num_cpus,
                         storage=args.storage)
@@ -59,24 +65,38 @@ def _existing_store(tracking_uri: str | None) -> str:
 
     uri = resolve_tracking_uri(tracking_uri, None)
     path = sqlite_path(uri)
+    if path is not None and Path(path).is_dir():
+        raise SweepError(f"--tracking-uri {uri}: {path} is a folder, not a sqlite file")
     if path is not None and not Path(path).is_file():
         raise SweepError(f"--tracking-uri {uri}: no such store (file {path} does not exist)")
     return uri
 
 
-def _reading_store(tracking_uri: str | None) -> str:
-    """The store of a command that reads a sweep (leaderboard, importance), checked in one line."""
-    from orchestration.report.leaderboard import check_sqlite_store
+def reading_store(tracking_uri: str | None, through_mlflow: bool = True) -> str:
+    """The store of a command that reads (leaderboard, importance, best, findings, predict
+    --model models:/...), checked in one line; it is never created, migrated or written.
+    `through_mlflow`: the command opens it with MLflow's client, which would create the tables
+    a file lacks; leaderboard and importance read a sqlite store with SQL alone."""
+    from orchestration.report.leaderboard import check_sqlite_store, check_store_for_mlflow
 
     uri = _existing_store(tracking_uri)
     if uri.startswith("sqlite:///"):
         # Read with SQL, not MLflow (whose import and store take seconds): the check too.
-        check_sqlite_store(uri)
+        (check_store_for_mlflow if through_mlflow else check_sqlite_store)(uri)
     else:
         from orchestration.track.tracking import check_tracking
 
         check_tracking(uri)  # the same reachability check as `sweep run`: a closed port is one line
     return uri
+
+
+def _check_outputs(*paths: tuple[str | Path | None, str]) -> None:
+    """Every file the command will write (path, the option naming it), before any work."""
+    from mtbert.outputs import check_output_file
+
+    for path, option in paths:
+        if path is not None:
+            check_output_file(path, option)
 
 
 def _beside(output: str | None, experiment: str, suffix: str) -> Path:
@@ -104,9 +124,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from orchestration.report import importance
     from orchestration.report.leaderboard import leaderboard
 
-    uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "pareto.png")
     importance_plot = _beside(args.output, args.experiment, "importance.png")
+    _check_outputs((args.output, "--output"), (plot, "--plot"), (importance_plot, "the importance plot"),
+                   (_beside(args.output, args.experiment, "importance.csv") if args.format == "csv" and args.output
+                    else None, "the importance table"))
+    uri = reading_store(args.tracking_uri, through_mlflow=False)
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
     chose: list[str] = []
     text, table, parent = leaderboard(uri, args.experiment, args.sweep, args.format, args.sort, plot, importance_plot,
@@ -133,8 +156,9 @@ def cmd_importance(args: argparse.Namespace) -> int:
 
     if args.resamples is not None:
         check_resamples(args.resamples)
-    uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "importance.png")
+    _check_outputs((args.output, "--output"), (plot, "--plot"))
+    uri = reading_store(args.tracking_uri, through_mlflow=False)
     chose: list[str] = []
     text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot,
                                      say=chose.append)
@@ -148,10 +172,8 @@ def cmd_importance(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     from orchestration.report.best import best_model, render
-    from orchestration.track.tracking import check_tracking
 
-    uri = _existing_store(args.tracking_uri)
-    check_tracking(uri)  # a closed port or a wrong password is one line
+    uri = reading_store(args.tracking_uri)  # a closed port or a wrong password is one line
     chose: list[str] = []
     found = best_model(uri, args.experiment, args.sweep, say=chose.append)
     _said(chose)
@@ -162,12 +184,11 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_findings(args: argparse.Namespace) -> int:
     from orchestration.report.findings import findings
     from orchestration.sweep.claims import read_claims
-    from orchestration.track.tracking import check_tracking
 
     # The files' claims first: a bad claim is one line before the store is opened.
+    _check_outputs((args.output, "--output"))
     claims = [c for path in args.files for c in read_claims(path)] if args.files else None
-    uri = _existing_store(args.tracking_uri)
-    check_tracking(uri)
+    uri = reading_store(args.tracking_uri)
     text, table = findings(uri, args.experiment or None, args.format, claims)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

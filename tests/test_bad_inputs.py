@@ -91,8 +91,8 @@ def test_leaderboard_on_a_sqlite_file_not_mlflows_is_one_line_and_left_alone(tmp
     con.close()
     before = db.read_bytes()
     line = error_line(capsys, ["leaderboard", "--experiment", "x", "--tracking-uri", f"sqlite:///{db}"])
-    assert line == (f"mtbert: error: tracking store sqlite:///{db} unusable: not an MLflow database "
-                    "(no experiments or runs table)")
+    assert line == (f"mtbert: error: tracking store sqlite:///{db} unusable: not an MLflow store "
+                    "(no experiments or runs table); it is left as it is")
     assert db.read_bytes() == before  # MLflow's schema is not written into someone else's database
     junk = tmp_path / "junk.db"
     junk.write_text("not a database")

@@ -22,6 +22,8 @@ from mtbert.tasks import TaskSpec, get_task
 FORMATS = ("auto", "cs224n", "csv", "tsv", "jsonl")
 BAD_JSON = "invalid JSON"  # a bad-row reason, and the key marking a JSONL line that is not an object
 
+UNCLOSED_QUOTE = "unclosed quote"  # a bad-row reason, and the key marking a record that ran on over lines
+
 Fields = dict[str, Any]
 
 
@@ -146,9 +148,20 @@ def _records(path: Path, fmt: str, names: tuple[str | None, ...],
             raise DataError(f"{path}: empty file (expected a header row)")
         index = _header_index(path, header, names, fmt, optional)
         start = reader.line_num + 1
-        for row in reader:
+        while True:
+            try:
+                row = next(reader, None)
+            except csv.Error as exc:  # a field over csv's size limit, say: the row it is on
+                raise DataError(f"{path}: row {start}: {exc}") from None
+            if row is None:
+                return
             line, start = start, reader.line_num + 1
             if not row:  # blank line
+                continue
+            if quoted and reader.line_num > line and any("\n" in field for field in row):
+                # A quote opened and not closed on its line takes the lines after it into one
+                # field: the row is bad, and the rows it swallowed are named with it.
+                yield line, {UNCLOSED_QUOTE: reader.line_num}
                 continue
             if len(row) != len(header):
                 yield line, None
@@ -182,7 +195,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Fields | None]]:
                 continue
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: nested past Python's limit
                 obj = None
             yield line, obj if isinstance(obj, dict) else {BAD_JSON: True}
 
@@ -194,6 +207,8 @@ def _to_example(fields: Fields | None, names: tuple[str, str | None, str],
         return None, "wrong field count", ""
     if BAD_JSON in fields:
         return None, BAD_JSON, ""
+    if UNCLOSED_QUOTE in fields:
+        return None, UNCLOSED_QUOTE, f" (its field runs on to line {fields[UNCLOSED_QUOTE]}, taking the rows after it)"
     text_key, text2_key, label_key = names
     raw = fields.get(label_key)
     if isinstance(raw, bool):

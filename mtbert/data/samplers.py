@@ -31,6 +31,9 @@ class SamplingError(ValueError):
     """Bad sampling arguments; the message names the config key."""
 
 
+MAX_STEPS_PER_EPOCH = 10_000_000  # the schedule of an epoch is drawn whole, one entry per step
+
+
 @dataclass
 class SamplingConfig:
     """The `sampling:` keys, checked here beside the strategies that read them."""
@@ -43,6 +46,9 @@ class SamplingConfig:
         SAMPLERS.check(self.strategy, cfg)
         if self.steps_per_epoch is not None and self.steps_per_epoch <= 0:
             raise ConfigError("sampling.steps_per_epoch: must be > 0 (or null)")
+        if self.steps_per_epoch is not None and self.steps_per_epoch > MAX_STEPS_PER_EPOCH:
+            raise ConfigError(f"sampling.steps_per_epoch: must be in 1..{MAX_STEPS_PER_EPOCH:,}, "
+                              f"got {self.steps_per_epoch:,}")
 
 
 def annealed_alpha(epoch: int, epochs: int) -> float:

@@ -45,6 +45,9 @@ def get_tokenizer(cfg: Config, texts: Iterable[str] = ()) -> PreTrainedTokenizer
     return _pretrained_tokenizer(name)
 
 
+MIN_VOCAB = 100  # tokens of a pretrained tokenizer that is more than its special tokens
+
+
 def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -58,6 +61,9 @@ def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
         raise DataError(f"model.name_or_path: '{name}' has no fast (Rust) tokenizer")
     if tokenizer.pad_token_id is None:
         raise DataError(f"model.name_or_path: the tokenizer of '{name}' has no padding token")
+    if len(tokenizer) < MIN_VOCAB:  # its special tokens alone: every word would be [UNK]
+        raise DataError(f"model.name_or_path: the tokenizer of '{name}' has {len(tokenizer)} tokens, not a "
+                        f"vocabulary (at least {MIN_VOCAB}); its tokenizer files are missing or wrong")
     return tokenizer
 
 

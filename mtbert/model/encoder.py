@@ -70,6 +70,13 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.ind
                 "pytorch_model.bin.index.json")
 
 
+# The files a tokenizer is read from: the fast tokenizer's own, or what it is built from
+# (WordPiece, BPE, SentencePiece). Without any, transformers still makes a tokenizer of its
+# special tokens alone, and every word becomes [UNK].
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+
+
 def check_model_folder(name: str, folder: Path) -> None:
     """A local model folder needs its config and its weights: checked here, at load, and
     not after the data has been tokenized, where from_pretrained would fail with a traceback."""
@@ -149,9 +156,50 @@ def weights_origin(source: str) -> tuple | None:
     return (str(folder.resolve()), stamp) if stamp else None
 
 
+def check_bert_family(name: str, enc_config) -> None:
+    """An encoder of another family (GPT-2, T5, ...) named by its config: built without
+    weights (torch's meta device, no memory), before any data is tokenized."""
+    from mtbert.model.bert import BertConfig
+
+    if isinstance(enc_config, BertConfig):
+        return
+    key = enc_config.to_json_string()
+    if key not in _BERT_FAMILY:  # once per config: a sweep checks every trial's
+        import torch
+
+        try:
+            with torch.device("meta"):
+                enc = _auto_model().from_config(enc_config)
+            _BERT_FAMILY[key] = hasattr(enc, "embeddings") and hasattr(getattr(enc, "encoder", None), "layer")
+        except Exception as exc:  # noqa: BLE001 - no AutoModel for it: not an encoder this trains
+            raise ConfigError(f"model.name_or_path: '{name}' (model_type {getattr(enc_config, 'model_type', '?')})"
+                              f" cannot be built as an encoder ({type(exc).__name__})") from None
+    if not _BERT_FAMILY[key]:
+        raise ConfigError(f"model.name_or_path: '{name}' (model_type {enc_config.model_type}) is not a "
+                          "BERT-family encoder (needs .embeddings and .encoder.layer)")
+
+
+_BERT_FAMILY: dict[str, bool] = {}  # encoder config (JSON) -> has BERT's layout
+
+
+def check_tokenizer_files(cfg: Config) -> None:
+    """A local model folder trained from needs its tokenizer too: checked at load, not once a
+    run has trained on [UNK]s (a model loaded from a bundle brings its own)."""
+    name = cfg.model.name_or_path
+    if name == "tiny":
+        return
+    source, _ = pretrained_source(name, ConfigError)
+    folder = Path(source)
+    if folder.is_dir() and not any((folder / t).is_file() for t in TOKENIZER_FILES):
+        raise ConfigError(f"model.name_or_path: folder {folder} has no tokenizer files "
+                          f"({', '.join(TOKENIZER_FILES[:3])}, ...); copy them from the model it came from")
+
+
 def check_against_encoder(cfg: Config) -> int:
-    """Validate the keys that depend on the encoder depth L; returns L."""
+    """Validate the keys that depend on the encoder (depth L, family, tokenizer files); returns L."""
     enc_config = encoder_config(cfg)
+    check_bert_family(cfg.model.name_or_path, enc_config)
+    check_tokenizer_files(cfg)
     n_layers = enc_config.num_hidden_layers
     limit = position_limit(enc_config)
     if limit is not None:

@@ -154,6 +154,13 @@ class MultitaskModel(nn.Module):
 
         # encoder_architecture: build from this transformers config, weights random (a bundle).
         enc = load_encoder(cfg, vocab_size, architecture=encoder_architecture)
+        table = getattr(enc.config, "vocab_size", None)
+        if vocab_size is not None and isinstance(table, int) and vocab_size > table:
+            # Ids past the embedding table would fail deep in the first batch: the tokenizer is
+            # another model's (copied from elsewhere, or the wrong folder).
+            raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}': its tokenizer has {vocab_size:,} "
+                              f"tokens but the encoder embeds {table:,}; the tokenizer files "
+                              "are another model's")
         cheapen(enc)
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)

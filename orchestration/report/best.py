@@ -28,6 +28,24 @@ def _children(client, experiment_id: str, parent_run_id: str) -> list:
             return runs
 
 
+def _why_none(runs: list) -> str:
+    """What became of a sweep's trials when none finished: ' yet' while some still run, else
+    the count per status and the first failure's reason (its `error` tag), in the same line."""
+    status: dict[str, int] = {}
+    for run in runs:
+        status[run.info.status] = status.get(run.info.status, 0) + 1
+    if not runs or status.get("RUNNING") or status.get("SCHEDULED"):
+        return " yet"
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(status.items()))
+    failed = sorted((r for r in runs if r.data.tags.get("error")), key=lambda r: r.data.tags.get("trial_key", ""))
+    first = ""
+    if failed:
+        run = failed[0]
+        reason = run.data.tags["error"].strip().splitlines()[-1][:300]
+        first = f"; trial {run.data.tags.get('trial_key', run.info.run_id)}: {reason}"
+    return f": all {len(runs)} ended without a result ({counts}){first}"
+
+
 def _registered(client, run_id: str) -> list[tuple[str, int]]:
     """(name, version) of each registered model version made from the run, newest first; []
     where the store has no registry."""
@@ -95,7 +113,8 @@ def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) ->
     runs = _children(client, str(experiment_id), parent.info.run_id)
     summary, best = best_summary(runs), best_configuration(runs)
     if not best:
-        raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
+        raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials"
+                         + _why_none(runs))
     top = best[0]
     tags = top.data.tags
     registered = _registered(client, top.info.run_id)

@@ -62,6 +62,21 @@ def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str
     return runs.assign(experiment=runs["experiment_id"].map(found))
 
 
+def _check_claimed_experiments(uri: str, claims: list[Claim]) -> None:
+    """Sweep files' claims name their experiments. When the store holds none of them, every
+    row would be "not run": the sweeps ran elsewhere (another --tracking-uri) or not yet, and
+    that is one line. A store holding some of them is a study under way: the rest are not run."""
+    from mlflow.tracking import MlflowClient
+
+    named = sorted({c.experiment for c in claims if c.experiment})
+    have = {e.name for e in MlflowClient(uri).search_experiments(max_results=1000)}
+    if named and not set(named) & have:
+        raise SweepError(f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)} of the claims "
+                         f"{'are' if len(named) > 1 else 'is'} not in {uri}"
+                         + (f" (it holds {', '.join(sorted(have))})" if have else " (it holds no experiment)")
+                         + "; run the sweep, or pass the --tracking-uri it ran with")
+
+
 def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]:
     """The claims the latest sweep of each experiment logged with its parent run (claims.json);
     refused in one line when no sweep logged any (e.g. sweeps run before claims were logged:
@@ -220,5 +235,7 @@ def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
     """The table of `claims` (None: those the store's sweeps logged) over the store's runs."""
     if claims is None:
         claims = logged_claims(uri, experiments)
+    else:
+        _check_claimed_experiments(uri, claims)
     table = evaluate(read_runs(uri, experiments), claims)
     return render(table, fmt), table

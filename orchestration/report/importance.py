@@ -271,9 +271,14 @@ def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, f
     return {name: float(v) for name, v in found.items()}
 
 
+MAX_RESAMPLES = 10_000  # each resample fits the forests again: beyond it, hours for the third digit
+
+
 def check_resamples(resamples: int) -> None:
     if resamples < 0:
         raise SweepError(f"--resamples {resamples}: must be >= 0 (0: the estimate without an interval)")
+    if resamples > MAX_RESAMPLES:
+        raise SweepError(f"--resamples {resamples}: over the bound of {MAX_RESAMPLES:,}")
 
 
 def compute(p: Points, resamples: int = RESAMPLES, rng_seed: int = RNG_SEED) -> pd.DataFrame:

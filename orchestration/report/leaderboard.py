@@ -169,9 +169,9 @@ def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
           file=sys.stderr)
 
 
-def check_sqlite_store(uri: str) -> None:
+def check_sqlite_store(uri: str) -> set[str]:
     """The store check of `mtbert leaderboard` for an existing sqlite file, without MLflow:
-    it opens, and it has MLflow's tables. One line when not (TrackingUnavailable)."""
+    it opens, and it has MLflow's tables (returned). One line when not (TrackingUnavailable)."""
     from orchestration.errors import TrackingUnavailable
 
     try:
@@ -184,8 +184,29 @@ def check_sqlite_store(uri: str) -> None:
         raise TrackingUnavailable(f"tracking store {uri} unusable: {exc}") from None
     missing = [t for t in MLFLOW_TABLES if t not in tables]
     if missing:
-        raise TrackingUnavailable(f"tracking store {uri} unusable: not an MLflow database "
-                                  f"(no {' or '.join(missing)} table)")
+        raise TrackingUnavailable(f"tracking store {uri} unusable: not an MLflow store "
+                                  f"(no {' or '.join(missing)} table); it is left as it is")
+    return tables
+
+
+def check_store_for_mlflow(uri: str) -> None:
+    """What check_sqlite_store checks, and that MLflow can open the file without writing to it:
+    its client creates (migrates) every table of its schema that a file lacks, so a store
+    written by another MLflow version, or a file holding only tables of the same names, would
+    be changed by a command that only reads. Tested against the installed MLflow
+    (tests/test_bad_inputs.py), the one place its table list is read."""
+    from orchestration.errors import TrackingUnavailable
+
+    tables = check_sqlite_store(uri)
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - registers the tables in Base
+
+    lacking = sorted(set(Base.metadata.tables) - tables)
+    if lacking:
+        raise TrackingUnavailable(f"tracking store {uri} unusable: not a store of this MLflow (no "
+                                  f"{', '.join(lacking[:3])}{' ...' if len(lacking) > 3 else ''} table); reading "
+                                  f"it through MLflow would change it (`mlflow db upgrade` migrates a store "
+                                  "of an older MLflow); it is left as it is")
 
 
 def find_sweep(uri: str, experiment: str, sweep: str | None = None, say=None):

@@ -6,6 +6,7 @@ single trial.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -344,6 +345,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources), "plugins": plugins,
         "log_models": sweep.spec.tracking.log_models, "register_model": sweep.spec.tracking.register_model,
         "outage_s": outage_s, "adaptive": adaptive, "claims": json.loads(claims_doc),
+        "sweep_text_sha256": hashlib.sha256(sweep.text.encode()).hexdigest(),
     }, indent=2))
     trials = (f"{len(planner.fixed_trials())} trials in the first round, up to {total} (seeds "
               f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)"
@@ -407,6 +409,32 @@ def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
     return candidate.resolve()
 
 
+def _read_state(path: Path) -> dict:
+    """The sweep's record of how to find its MLflow runs, or one line naming the file."""
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SweepError(f"{path}: unreadable ({exc}); the sweep cannot be resumed from it (a copy "
+                         "from a backup, or a new `sweep run`)") from None
+    missing = [k for k in ("tracking_uri", "experiment_id", "parent_run_id", "sweep", "resources")
+               if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise SweepError(f"{path}: not a whole sweep record (no {', '.join(missing)}); the sweep cannot be resumed")
+    return state
+
+
+def _say_if_edited(state: dict, log: Callable[[str], None]) -> None:
+    """A resume continues the plan its sweep started with; the file edited since is not read."""
+    source, digest = state.get("sweep_file"), state.get("sweep_text_sha256")
+    try:
+        text = Path(source).read_text() if source and digest else None
+    except (OSError, UnicodeDecodeError):
+        return
+    if text is not None and hashlib.sha256(text.encode()).hexdigest() != digest:
+        log(f"{source} changed since this sweep started; resume continues the plan it started with "
+            "(the edits take effect in a new `sweep run`)")
+
+
 def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | None = None,
                  log: Callable[[str], None] = print, storage: str | Path | None = None) -> SweepOutcome:
     """Continue a sweep whose driver died: its record is replayed and every run that lags
@@ -415,7 +443,8 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
     run_dir = _find_run_dir(path_or_name, storage)
-    state = json.loads((run_dir / STATE_FILE).read_text())
+    state = _read_state(run_dir / STATE_FILE)
+    _say_if_edited(state, log)
     check_tracking(state["tracking_uri"])
     if not _init_ray(address, num_cpus, state.get("plugins", [])):
         from orchestration.run.remote import check_shared_storage

@@ -140,8 +140,11 @@ def _number(value: Any, at: str) -> float:
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or (isinstance(value, float) and math.isnan(value)):
         raise SweepError(f"{at}: expected a number, got {value!r}")
+    if not abs(value) < 1e308:  # inf: every difference is "within inf", a verdict decided by nothing
+        raise SweepError(f"{at}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -173,6 +176,10 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
     if not isinstance(raw, list):
         raise SweepError(f"{where}: claims: expected a list of claims (each a mapping with "
                          f"{', '.join(REQUIRED)}), got {raw!r}")
+    from orchestration.sweep.spec import MAX_CLAIMS
+
+    if len(raw) > MAX_CLAIMS:
+        raise SweepError(f"{where}: claims: {len(raw)} claims, over the bound of {MAX_CLAIMS}")
     claims, names = [], set()
     for i, item in enumerate(raw):
         name = item.get("name") if isinstance(item, dict) else None
@@ -271,9 +278,14 @@ def to_doc(claims: list[Claim], seeds: dict[str, Any]) -> str:
 
 
 def from_doc(text: str) -> list[Claim]:
+    from orchestration.sweep.spec import MAX_SEEDS
+
     out = []
     for item in json.loads(text).get("claims", []):
         looks = item.get("looks")
+        if looks and not looks[-1] <= MAX_SEEDS:  # a store written before the bound: judging it would not end
+            raise SweepError(f"{CLAIMS_FILE}: claim {item.get('name')!r}: looks up to {looks[-1]} seeds, over "
+                             f"the bound of {MAX_SEEDS}")
         out.append(Claim(**{k: v for k, v in item.items() if k in FIELDS}, looks=tuple(looks) if looks else None))
     return out
 

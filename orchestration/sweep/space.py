@@ -13,7 +13,6 @@ Most dimensions set one config key, their own `key`. A `points` dimension sets s
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +70,10 @@ class Dimension:
         """check_values as config overrides: each one validated on its own before any compute."""
         return [{self.key: value} for value in self.check_values()]
 
+    def grid_size(self) -> int:
+        """Configurations grid search makes of it (a sampled dimension: one per sample)."""
+        return 1
+
 
 def values_of(dims: list[Dimension], key: str) -> list[Any]:
     """Every value the dimensions may give `key` (ranges: their ends), whichever dimension sets it."""
@@ -92,6 +95,9 @@ class Categorical(Dimension):
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
         return {self.key: _index_domain(len(self.values), expand_grid and self.expands)}
+
+    def grid_size(self) -> int:
+        return len(self.values) if self.expands else 1
 
     def decode(self, raw: dict[str, Any]) -> Any:
         return self.values[int(raw[self.key])]
@@ -164,6 +170,9 @@ class Simplex(Dimension):
         corners = [{t: float(i == j) for j, t in enumerate(self.tasks)} for i in range(n)]
         return [{t: 1.0 / n for t in self.tasks}, *corners]
 
+    def grid_size(self) -> int:
+        return len(self.points) if self.points is not None else 1
+
     def _raw_name(self, task: str) -> str:
         return f"{self.key}[{task}]"  # no '/', which Optuna's wrapper would turn into nesting
 
@@ -200,6 +209,9 @@ class Points(Dimension):
 
     def config_keys(self) -> list[str]:
         return list(dict.fromkeys(k for p in self.points for k in p))
+
+    def grid_size(self) -> int:
+        return len(self.points)
 
     def domains(self, expand_grid: bool) -> dict[str, Any]:
         return {self.key: _index_domain(len(self.points), expand_grid)}
@@ -238,11 +250,26 @@ def round_simplex(weights: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def simplex_lattice(tasks: list[str], step: float) -> list[dict[str, float]]:
-    """Every weighting whose weights are multiples of `step` and sum to 1."""
+def lattice_size(tasks: int, step: float) -> int:
+    """Points of simplex_lattice, counted without making them: n units over `tasks` parts."""
     n = round(1 / step)
-    return [{t: round(c / n, SIMPLEX_DECIMALS) for t, c in zip(tasks, combo)}
-            for combo in itertools.product(range(n + 1), repeat=len(tasks)) if sum(combo) == n]
+    return math.comb(n + tasks - 1, tasks - 1)
+
+
+def simplex_lattice(tasks: list[str], step: float) -> list[dict[str, float]]:
+    """Every weighting whose weights are multiples of `step` and sum to 1, in lexicographic
+    order of the counts (as filtering itertools.product would give, without its (n+1)^k)."""
+    n, k = round(1 / step), len(tasks)
+    combo = [0] * (k - 1) + [n]
+    out = []
+    while True:
+        out.append({t: round(c / n, SIMPLEX_DECIMALS) for t, c in zip(tasks, combo)})
+        # The next in order: raise the rightmost count that has units to its right to take.
+        i = next((i for i in range(k - 2, -1, -1) if sum(combo[i + 1:]) > 0), None)
+        if i is None:
+            return out
+        combo[i] += 1
+        combo[i + 1:] = [0] * (k - i - 2) + [n - sum(combo[:i + 1])]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -270,6 +297,8 @@ def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | i
         ok = float(raw).is_integer()
     if not ok:
         raise SweepError(f"{where}.{name}: expected {'int' if integer else 'number'}, got {raw!r}")
+    if not math.isfinite(float(raw) if abs(raw) < 1e308 else math.inf):  # a range to infinity samples nothing
+        raise SweepError(f"{where}.{name}: expected a finite number, got {raw!r}")
     return int(raw) if integer else float(raw)
 
 
@@ -350,6 +379,12 @@ def _parse_simplex(key: str, raw: dict, where: str, default_tasks: list[str]) ->
         step = _number(raw["step"], "step", where)
         if not 0 < step <= 1 or abs(1 / step - round(1 / step)) > 1e-6:
             raise SweepError(f"{where}.step: must divide 1 evenly (e.g. 0.25, 0.2), got {step}")
+        from orchestration.sweep.spec import MAX_CONFIGURATIONS
+
+        count = lattice_size(len(tasks), step)
+        if count > MAX_CONFIGURATIONS:
+            raise SweepError(f"{where}.step: {step:g} over {len(tasks)} tasks is {count:,} weightings, over the "
+                             f"bound of {MAX_CONFIGURATIONS:,} configurations")
         points = simplex_lattice(tasks, step)
     elif "values" in raw:
         values = raw["values"]

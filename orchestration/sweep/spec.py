@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mtbert import figures
-from mtbert.config import (Config, ConfigError, coerce, build_config, parse_override, read_yaml,
+from mtbert.config import (SEED_LIMIT, Config, ConfigError, coerce, build_config, parse_override, read_yaml,
                            set_dotted, to_dict)
 from orchestration.errors import SweepError
 from orchestration.paths import absolute_config_paths
@@ -107,6 +107,17 @@ class SweepFile:
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     smoke: dict[str, Any] | None = None
 
+
+# Bounds of what a sweep file may ask for, checked at load before Ray or MLflow start: every
+# configuration is planned and validated in the driver, and a verdict over adaptive seeds
+# simulates every look (orchestration/stats.py: about 16 MB per 10 looks).
+MAX_DIMENSIONS = 32  # entries of space:
+MAX_CONFIGURATIONS = 1_000  # searched configurations: grid points (and simplex lattices) x num_samples
+MAX_SEEDS = 50  # seeds of a list, and adaptive seeds' max
+MAX_TRIALS = 5_000  # configurations x seeds (adaptive: at max, or the budget); each is planned at load
+MAX_HOURS = 24 * 366  # seeds.budget.hours
+MAX_CLAIMS = 200
+MAX_OUTAGE_S = 7 * 24 * 3600  # tracking.outage_s
 
 FILE_ONLY = ("space", "baseline", "smoke", "base", "base_config", "claims")  # not changed by --set
 SWEEP_KEYS = {f.name for f in fields(SweepFile)} - set(FILE_ONLY)
@@ -277,6 +288,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     name = spec.name or path.stem
     base = _load_base(spec, path, where, config_set, smoke_config)
     dims, notes = _load_dims(spec, base, where, pinned=smoke_config)
+    _check_sizes(spec, dims, where)
     if smoke:
         _fit_tiny_depth(base, dims, spec.baseline or {})
     try:
@@ -300,6 +312,48 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
                          "the base config twice; add a dimension, or train it once with `mtbert train`")
     _check_claims(sweep, where, base_cfg.tasks, pinned=smoke_config)
     return sweep
+
+
+def configurations_of(spec: SweepFile, dims: list[Dimension]) -> int:
+    """The searched configurations the plan will hold (before seeds), counted without
+    expanding them: grid search crosses the finite dimensions, each of num_samples times;
+    random search and Optuna draw num_samples points."""
+    if spec.search.algorithm != "grid":
+        return spec.num_samples
+    points = spec.num_samples
+    for dim in dims:
+        points *= dim.grid_size()
+    return points
+
+
+def _check_sizes(spec: SweepFile, dims: list[Dimension], where: str) -> None:
+    """The bounds above, each in one line naming its key, before anything is expanded."""
+    if not 0 <= spec.search.seed < SEED_LIMIT:
+        raise SweepError(f"{where}: search.seed: must be in 0..{SEED_LIMIT - 1}, got {spec.search.seed}")
+    if len(dims) > MAX_DIMENSIONS:
+        raise SweepError(f"{where}: space: {len(dims)} dimensions, over the bound of {MAX_DIMENSIONS}")
+    for dim in dims:  # each value is validated as a config at load: a choice's too
+        values = len(dim.check_overrides())
+        if values > MAX_CONFIGURATIONS:
+            raise SweepError(f"{dim.where}: {values:,} values, over the bound of {MAX_CONFIGURATIONS:,}")
+    if spec.num_samples > MAX_CONFIGURATIONS:
+        raise SweepError(f"{where}: num_samples: {spec.num_samples}, over the bound of {MAX_CONFIGURATIONS:,} "
+                         "configurations")
+    count = configurations_of(spec, dims)
+    if count > MAX_CONFIGURATIONS:
+        sizes = " x ".join(f"{d.key} {d.grid_size()}" for d in dims if d.grid_size() > 1)
+        samples = f" x num_samples {spec.num_samples}" if spec.num_samples > 1 else ""
+        raise SweepError(f"{where}: space: {count:,} configurations ({sizes}{samples}), over the bound of "
+                         f"{MAX_CONFIGURATIONS:,}; search fewer values, or use search.algorithm: random "
+                         "with num_samples")
+    seeds, adaptive = parse_seeds(spec.seeds, where, 0)
+    if adaptive is not None and adaptive.budget.trials is not None:
+        return  # the budget bounds the trials itself (parse_seeds checked it)
+    most = adaptive.max if adaptive is not None else len(seeds)
+    if count * most > MAX_TRIALS:
+        key = "seeds.max" if adaptive is not None else "seeds"
+        raise SweepError(f"{where}: {key}: {count:,} configurations x {most} seeds is {count * most:,} trials, "
+                         f"over the bound of {MAX_TRIALS:,}")
 
 
 def _check_shape(raw: dict, where: str) -> None:
@@ -537,17 +591,28 @@ def parse_seeds(raw: Any, where: str, base_seed: int) -> tuple[list[int], Adapti
         if design.max <= design.start:
             raise SweepError(f"{where}: seeds.max: must be > start ({design.start}), got {design.max}; "
                              "a fixed design is a list (seeds: [0, 1, 2])")
+        if design.max > MAX_SEEDS:
+            raise SweepError(f"{where}: seeds.max: {design.max}, over the bound of {MAX_SEEDS} seeds")
         budget = design.budget
         if budget.trials is not None and budget.trials < 1:
             raise SweepError(f"{where}: seeds.budget.trials: must be >= 1, got {budget.trials}")
+        if budget.trials is not None and budget.trials > MAX_TRIALS:
+            raise SweepError(f"{where}: seeds.budget.trials: {budget.trials:,}, over the bound of {MAX_TRIALS:,}")
         if budget.hours is not None and budget.hours <= 0:
             raise SweepError(f"{where}: seeds.budget.hours: must be > 0, got {budget.hours}")
+        if budget.hours is not None and budget.hours > MAX_HOURS:
+            raise SweepError(f"{where}: seeds.budget.hours: {budget.hours:g}, over the bound of {MAX_HOURS:,}")
         return list(range(design.start)), design
     try:
         seeds = coerce(list[int], raw, "seeds")
     except ConfigError:
         raise SweepError(f"{where}: seeds: expected a list of seeds or an adaptive design "
                          f"{{start, max, budget}}, got {raw!r}") from None
+    if len(seeds) > MAX_SEEDS:
+        raise SweepError(f"{where}: seeds: {len(seeds)} seeds, over the bound of {MAX_SEEDS}")
+    for i, seed in enumerate(seeds):
+        if not 0 <= seed < SEED_LIMIT:
+            raise SweepError(f"{where}: seeds[{i}]: must be in 0..{SEED_LIMIT - 1}, got {seed}")
     if len(set(seeds)) != len(seeds):
         raise SweepError(f"{where}: seeds: duplicate seed in {seeds}")
     return (seeds or [base_seed]), None
@@ -625,6 +690,9 @@ def _check_counts(sweep: Sweep, where: str) -> None:
         raise SweepError(f"{where}: max_concurrent: must be >= 1 (or null), got {spec.max_concurrent}")
     if spec.tracking.outage_s <= 0:
         raise SweepError(f"{where}: tracking.outage_s: must be > 0 seconds, got {spec.tracking.outage_s}")
+    if spec.tracking.outage_s > MAX_OUTAGE_S:
+        raise SweepError(f"{where}: tracking.outage_s: {spec.tracking.outage_s:g}, over the bound of "
+                         f"{MAX_OUTAGE_S:,} seconds (a week)")
     if spec.max_failures < 0:
         raise SweepError(f"{where}: max_failures: must be >= 0, got {spec.max_failures}")
     if spec.resources.cpu <= 0 or spec.resources.gpu < 0:

@@ -67,6 +67,7 @@ def _model_folder(path: Path, positions: int = 64, weights: bool = True) -> Path
                intermediate_size=32, max_position_embeddings=positions).save_pretrained(path)
     if weights:
         (path / "model.safetensors").write_bytes(b"")  # present: only the config is read here
+    (path / "vocab.txt").write_text("[PAD]\n[UNK]\n")  # present: a folder trained from needs its tokenizer
     return path
 
 
