@@ -136,7 +136,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                                       columns, say=chose.append)
     _said(chose)
     _write(text, args.output, f"{len(table)} rows, sweep {parent.info.run_name}")
-    print(f"Pareto plot: {plot} (also logged to parent run {parent.info.run_id})", file=sys.stderr)
+    print(f"Pareto plot: {plot} (the parent run {parent.info.run_id} keeps it as pareto.png)", file=sys.stderr)
     found, why = importance.stored(uri, parent, table)
     if found is None:
         if why:

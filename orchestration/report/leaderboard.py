@@ -1100,20 +1100,28 @@ def _local_artifact_dir(artifact_uri: str | None) -> Path | None:
     return None
 
 
-def log_artifact(uri: str, run, path: str | Path) -> None:
-    """MlflowClient(uri).log_artifact(run id, path), without MLflow for local artifacts: for a
-    local folder MLflow's artifact repository only copies the file in, through a temporary
-    file it then renames, so a reader never sees half a file. Any other artifact store (a
-    server's mlflow-artifacts:, S3, ...) goes through the client."""
-    folder = _local_artifact_dir(getattr(run.info, "artifact_uri", None))
-    if folder is None:
-        _client(uri).log_artifact(run.info.run_id, str(path))
-        return
+PARETO_ARTIFACT = "pareto.png"  # the parent run's one Pareto plot
+
+
+def log_artifact(uri: str, run, path: str | Path, name: str | None = None) -> None:
+    """MlflowClient(uri).log_artifact(run id, path) as `name` (default: the file's own), without
+    MLflow for local artifacts: for a local folder MLflow's artifact repository only copies the
+    file in, through a temporary file it then renames, so a reader never sees half a file. Any
+    other artifact store (a server's mlflow-artifacts:, S3, ...) goes through the client. An
+    artifact of the same name is replaced."""
     import shutil
     import tempfile
 
+    name = name or Path(path).name
+    folder = _local_artifact_dir(getattr(run.info, "artifact_uri", None))
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            named = Path(tmp) / name
+            shutil.copyfile(path, named)
+            _client(uri).log_artifact(run.info.run_id, str(named))
+        return
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / Path(path).name
+    target = folder / name
     if target.exists() and os.path.samefile(path, target):
         return
     fd, temp = tempfile.mkstemp(dir=folder, prefix=".artifact.uploading.")
@@ -1143,10 +1151,10 @@ def log_leaderboard(tracking) -> bool:
         return False
     importance, _ = stored(tracking.uri, parent, table)
     with tempfile.TemporaryDirectory() as tmp:
-        plot_pareto(table, Path(tmp) / "pareto.png", title=parent.info.run_name)
+        plot_pareto(table, Path(tmp) / PARETO_ARTIFACT, title=parent.info.run_name)
         (Path(tmp) / "leaderboard.md").write_text(render(table, "md", importance))
         (Path(tmp) / "leaderboard.csv").write_text(render(table, "csv"))
-        for name in ("pareto.png", "leaderboard.md", "leaderboard.csv"):
+        for name in (PARETO_ARTIFACT, "leaderboard.md", "leaderboard.csv"):
             tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
     return True
 
@@ -1171,7 +1179,8 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
     text = render(table, fmt, importance, columns, title=parent.info.run_name)
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
-        log_artifact(uri, parent, path)
+        # Under the sweep's own name for it: each export replaces the one plot the parent holds.
+        log_artifact(uri, parent, path, PARETO_ARTIFACT)
     if importance is not None and importance_plot is not None:
         plot_importance(importance, importance_plot, title=parent.info.run_name)
     return text, table, parent

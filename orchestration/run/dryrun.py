@@ -14,10 +14,16 @@ from typing import Any
 from orchestration.sweep.plan import Planner
 from orchestration.sweep.spec import Sweep, load_sweep
 
-# What a trial costs beyond its own phases: a Ray worker picking it up, its report to the
-# driver and its MLflow record. On a 2-core Xeon (AVX512, no BF16) the tiny encoder's smoke
-# trials lived 4-6 s longer than their data, model, training and evaluation phases.
-TRIAL_OVERHEAD_S = 5.0
+# What a sweep costs beyond its trials' own phases, from the overhead bench (docs/benchmarks.md,
+# head-only trials on an idle 2-core CPU): a warm trial's slot is ~0.4 s longer than its work
+# (its report, checkpoint and MLflow record), each worker's first trial ~4 s (its imports), and
+# Ray's start and the sweep's closing steps (the best model logged, the leaderboard) a few
+# seconds each. A loaded machine pays several times these: the smoke sweep on a 2-core Xeon
+# at a load of 6 took 230 s against an estimate of 37 s without them.
+TRIAL_OVERHEAD_S = 0.5
+WORKER_FIRST_S = 4.0
+RAY_START_S = 5.0
+CLOSING_S = 5.0
 # The short run that measures a trial: two epochs of this many steps, the second one timed.
 MEASURE_STEPS = 4
 
@@ -135,14 +141,15 @@ def plan_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     if measure and fixed:
         cost = measure_trial(fixed[0]["config"], max(1, int(sweep.spec.resources.cpu)))
         waves = math.ceil(total / at_once)
-        estimate = cost["data_s"] + cost["cache_s"] + waves * cost["trial_s"]
+        fixed_s = RAY_START_S + WORKER_FIRST_S + CLOSING_S
+        estimate = cost["data_s"] + cost["cache_s"] + fixed_s + waves * cost["trial_s"]
         out.update(cost, estimate_s=estimate)
-        log(f"estimate: {_hms(estimate)} for the sweep ({waves} wave(s) of {at_once} trial(s) of about "
-            f"{cost['trial_s']:.0f} s: {cost['steps']} steps of {cost['step_s'] * 1000:.0f} ms, {cost['epochs']} "
-            f"evaluation(s) of {cost['eval_s']:.1f} s, model {cost['model_s']:.1f} s, "
-            f"{TRIAL_OVERHEAD_S:.0f} s of worker and tracking; shared setup {cost['data_s'] + cost['cache_s']:.0f} s), "
-            f"from {MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early "
-            f"(ASHA, patience) make it shorter")
+        log(f"estimate: {_hms(estimate)} for the sweep on an idle machine ({waves} wave(s) of {at_once} trial(s) "
+            f"of about {cost['trial_s']:.0f} s: {cost['steps']} steps of {cost['step_s'] * 1000:.0f} ms, "
+            f"{cost['epochs']} evaluation(s) of {cost['eval_s']:.1f} s, model {cost['model_s']:.1f} s; shared setup "
+            f"{cost['data_s'] + cost['cache_s']:.0f} s; Ray, workers' imports and closing {fixed_s:.0f} s), from "
+            f"{MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early (ASHA, patience) make it "
+            f"shorter, a loaded machine longer")
     return out
 
 

@@ -203,8 +203,15 @@ def test_cli_on_sqlite_imports_no_mlflow_and_logs_the_plot(store, tmp_path):
     tags = MlflowClient(uri).get_run(pid).data.tags
     exp, _ = search_find_sweep(uri, "board")
     assert out.read_text() == render(sort_table(build_table(search_child_runs(uri, exp, pid), tags)), "md")
-    # The plot is on the parent run, as MLflow lists and downloads it.
+    # The plot is on the parent run, as MLflow lists and downloads it: one, under the sweep's
+    # name for it, whatever the export's file was called; a second export replaces it.
     client = MlflowClient(uri)
-    assert "board.pareto.png" in [a.path for a in client.list_artifacts(pid)]
-    got = Path(client.download_artifacts(pid, "board.pareto.png", str(tmp_path / "down")))
+    pngs = [a.path for a in client.list_artifacts(pid) if a.path.endswith(".png")]
+    assert pngs == ["pareto.png"]
+    got = Path(client.download_artifacts(pid, "pareto.png", str(tmp_path / "down")))
     assert got.read_bytes() == (tmp_path / "board.pareto.png").read_bytes()
+    proc = subprocess.run([sys.executable, "-c", code, "leaderboard", "--experiment", "board", "--tracking-uri", uri,
+                           "--output", str(tmp_path / "again.md")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [a.path for a in client.list_artifacts(pid) if a.path.endswith(".png")] == ["pareto.png"]

@@ -24,7 +24,8 @@ def test_plan_lists_what_would_run_and_estimates_its_time_without_ray_or_a_store
     clamps = next(line for line in lines if line.startswith("--smoke would clamp"))
     assert "train.batch_size: 8 -> " not in clamps and "num_samples" not in clamps  # already small: kept
     estimate = next(line for line in lines if line.startswith("estimate: "))
-    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep \(3 wave\(s\) of 2 trial\(s\) of about (\d+) s: "
+    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep on an idle machine \(3 wave\(s\) of 2 trial\(s\) "
+                     r"of about (\d+) s: "
                      r"8 steps of \d+ ms, 2 evaluation\(s\)", estimate)
     assert match, estimate
     assert 0 < int(match[1]) * 60 + int(match[2]) < 600
