@@ -122,14 +122,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_importance(args: argparse.Namespace) -> int:
-    from orchestration.report.importance import check_resamples, importance
+    from orchestration.report.importance import check_permutations, importance
 
-    if args.resamples is not None:
-        check_resamples(args.resamples)
+    if args.permutations is not None:
+        check_permutations(args.permutations)
     uri = _reading_store(args.tracking_uri)
     plot = args.plot or _beside(args.output, args.experiment, "importance.png")
     chose: list[str] = []
-    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot,
+    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.permutations, plot,
                                      say=chose.append)
     _said(chose)
     _write(text, args.output, f"{found['dimension'].nunique()} dimensions x {found['figure'].nunique()} figures, "
@@ -232,15 +232,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     board.set_defaults(func=cmd_leaderboard)
 
-    imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA over the "
-                                "configurations' seed means, an interval from resampling seeds)")
+    imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA's share of the "
+                                "configurations' seed means, a permutation test against seed noise; two "
+                                "configurations: their paired difference)")
     imp.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
     imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     imp.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
     imp.add_argument("--output", help="write the table here instead of stdout")
     imp.add_argument("--plot", help="bar chart PNG (default: next to --output, else runs/<experiment>-importance.png)")
-    imp.add_argument("--resamples", type=int, default=None,
-                     help="seed resamples for the interval (default: importance.RESAMPLES, 100; 0: the estimate alone)")
+    imp.add_argument("--permutations", type=int, default=None,
+                     help="shuffles of each key's levels for its p-value (default: importance.PERMUTATIONS, 999)")
     imp.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     imp.set_defaults(func=cmd_importance)
 
