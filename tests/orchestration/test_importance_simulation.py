@@ -105,3 +105,17 @@ def test_the_same_function_gives_shares_and_a_paired_comparison():
     assert pair["dimension"] == "a: z - x" and pair["null"] == "paired by seed, 95%"
     assert pair["low"] < pair["effect"] < pair["high"] and pair["effect"] == pytest.approx(
         two[two["a"] == "z"]["overall"].mean() - two[two["a"] == "x"]["overall"].mean())
+
+
+def test_a_random_search_of_60_configurations_gets_ped_anova_beside_fanova():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"lr": 10 ** rng.uniform(-5, -3, 60), "regime": rng.choice(["x", "y", "z"], 60), "seed": 0})
+    frame["overall"] = np.log10(frame["lr"]) + rng.normal(0, 0.1, 60)  # the rate decides, the regime not
+    found = assess(frame, ["lr", "regime"], ["overall"]).set_index("dimension")
+    assert found.loc["lr", "ped_anova"] > 0.9 and found.loc["lr", "importance"] > 0.9
+    assert found.loc["lr", "matters"] and not found.loc["regime", "matters"]
+    # A rate per configuration: shuffled among the runs of one regime; the regimes, never crossed
+    # with a rate, among all runs of the seed.
+    assert (found.loc["lr", "null"], found.loc["regime", "null"]) == ("seed and other keys", "seed")
+    few = assess(frame.head(20), ["lr", "regime"], ["overall"])
+    assert few["ped_anova"].isna().all()  # its top 10% would hold 2 configurations
