@@ -146,7 +146,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     uri = _existing_store(args.tracking_uri)
     check_tracking(uri)  # a closed port or a wrong password is one line
     chose: list[str] = []
-    found = best_model(uri, args.experiment, args.sweep, say=chose.append)
+    found = best_model(uri, args.experiment, args.sweep, say=chose.append, include_reference=args.include_reference)
     _said(chose)
     sys.stdout.write(render(found, args.format))
     return 0
@@ -251,6 +251,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     best.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     best.add_argument("--format", default="text", choices=["text", "json"],
                       help="text: comment lines, then one `mtbert predict --model ...` line per name of the model")
+    best.add_argument("--include-reference", action="store_true",
+                      help="let the frozen reference compete (by default a yardstick, never the best)")
     best.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     best.set_defaults(func=cmd_best)
 
