@@ -659,9 +659,9 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     table = evaluate(read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id), claims)
     if smoke:
         tracking.tag_parent({"verdicts": SMOKE_NOT_JUDGED})
-        return [f"claim {r['claim']}: " + (f"{NOT_RUN} (no seed that both A and B ran)" if r["verdict"] == NOT_RUN
-                                            else f"{SMOKE_NOT_JUDGED} (A and B ran on {int(r['n'])} paired seed(s))")
-                for _, r in table.iterrows()]
+        return [f"claim {r['claim']}: {SMOKE_NOT_JUDGED} "
+                + ("(not run: no seed that both A and B ran)" if r["verdict"] == NOT_RUN
+                   else f"(A and B ran on {int(r['n'])} paired seed(s))") for _, r in table.iterrows()]
     tracking.log_parent_artifacts({"findings.md": render(table),
                                    "verdicts.json": table.to_json(orient="records", indent=2, force_ascii=False)})
     counts = table["verdict"].value_counts()
