@@ -48,9 +48,8 @@ import json
 import math
 import shutil
 import tempfile
-import warnings
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
