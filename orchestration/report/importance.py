@@ -305,8 +305,8 @@ def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, f
 def _ped_anova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, maximize: bool) -> dict[str, float]:
     """Normalised PED-ANOVA importances (Optuna's default evaluator): how much each key decides
     whether a configuration reaches the top PED_QUANTILE of the figure. Only with at least
-    PED_MIN_CONFIGURATIONS finite points, so that the top holds PED_MIN_TOP of them (Optuna's
-    advice: below that, whichever few happened to win would decide)."""
+    PED_MIN_CONFIGURATIONS finite points, so that the top holds 5 of them (Optuna's advice:
+    below that, whichever few happened to win would decide)."""
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
     if np.isfinite(y).sum() < PED_MIN_CONFIGURATIONS:
