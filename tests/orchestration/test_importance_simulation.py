@@ -79,8 +79,8 @@ def test_a_key_without_effect_reads_matters_in_at_most_5_percent(effect_a, effec
     share, se = rate(effect_a, effect_b, kind, rho, seed=len(kind) + int(10 * rho), sweeps=SWEEPS)
     print(f"\nno effect, b {effect_b:g}, {kind}, rho {rho}: 'matters' in {share:.3f} +- {se:.3f} of {SWEEPS} sweeps")
     # At most 5% within Monte Carlo error: three standard errors, since at two one of five
-    # correct conditions would fail about one run in nine (the test is exact: 2,500 diverging
-    # sweeps read 0.054 +- 0.004).
+    # correct conditions would fail about one run in nine (the permutation test is exact: its
+    # rate is 5% for exchangeable runs, whatever their distribution).
     assert share <= ALPHA + 3 * se
 
 
