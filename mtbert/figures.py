@@ -247,8 +247,10 @@ for _figure in (
     Figure("best_overall", "the best overall so far (a sweep's default search metric)", "max", search=True),
     Figure("epochs_run", "epochs trained (fewer than train.epochs when stopped early)", fmt=".0f", epoch=False,
            summary="epochs"),
-    Figure("train_flops", "training FLOPs counted so far (probe included)", "min", ".2e", summary="last",
-           search=True),
+    Figure("train_flops", "training FLOPs counted so far (probe and frozen-layer cache included)", "min", ".2e",
+           summary="last", search=True),
+    Figure("setup_flops", "the part of train_flops spent once, not per epoch: the cached frozen layers' "
+           "forward over the training data and a probe's whole count", "min", ".2e", summary="last"),
     Figure("params_total", "parameters of the model", "min", ".0f", summary="last", search=True),
     Figure("params_trainable", "parameters that train", "min", ".0f", summary="last", search=True),
     Figure("epoch_time_s", "this epoch's training time, seconds", "min", ".1f", search=True),

@@ -152,15 +152,15 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_importance(args: argparse.Namespace) -> int:
-    from orchestration.report.importance import check_resamples, importance
+    from orchestration.report.importance import check_permutations, importance
 
-    if args.resamples is not None:
-        check_resamples(args.resamples)
+    if args.permutations is not None:
+        check_permutations(args.permutations)
     plot = args.plot or _beside(args.output, args.experiment, "importance.png")
     _check_outputs((args.output, "--output"), (plot, "--plot"))
     uri = reading_store(args.tracking_uri, through_mlflow=False)
     chose: list[str] = []
-    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.resamples, plot,
+    text, found, parent = importance(uri, args.experiment, args.sweep, args.format, args.permutations, plot,
                                      say=chose.append)
     _said(chose)
     _write(text, args.output, f"{found['dimension'].nunique()} dimensions x {found['figure'].nunique()} figures, "
@@ -175,7 +175,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
     uri = reading_store(args.tracking_uri)  # a closed port or a wrong password is one line
     chose: list[str] = []
-    found = best_model(uri, args.experiment, args.sweep, say=chose.append)
+    found = best_model(uri, args.experiment, args.sweep, say=chose.append, include_reference=args.include_reference)
     _said(chose)
     sys.stdout.write(render(found, args.format))
     return 0
@@ -270,15 +270,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     board.set_defaults(func=cmd_leaderboard)
 
-    imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA over the "
-                                "configurations' seed means, an interval from resampling seeds)")
+    imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA's share of the "
+                                "configurations' seed means, a permutation test against seed noise; two "
+                                "configurations: their paired difference)")
     imp.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
     imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     imp.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
     imp.add_argument("--output", help="write the table here instead of stdout")
     imp.add_argument("--plot", help="bar chart PNG (default: next to --output, else runs/<experiment>-importance.png)")
-    imp.add_argument("--resamples", type=int, default=None,
-                     help="seed resamples for the interval (default: importance.RESAMPLES, 100; 0: the estimate alone)")
+    imp.add_argument("--permutations", type=int, default=None,
+                     help="shuffles of each key's levels for its p-value (default: importance.PERMUTATIONS, 999)")
     imp.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     imp.set_defaults(func=cmd_importance)
 
@@ -288,6 +289,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     best.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
     best.add_argument("--format", default="text", choices=["text", "json"],
                       help="text: comment lines, then one `mtbert predict --model ...` line per name of the model")
+    best.add_argument("--include-reference", action="store_true",
+                      help="let the frozen reference compete (by default a yardstick, never the best)")
     best.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     best.set_defaults(func=cmd_best)
 

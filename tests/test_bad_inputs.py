@@ -101,24 +101,25 @@ def test_leaderboard_on_a_sqlite_file_not_mlflows_is_one_line_and_left_alone(tmp
 
 
 def test_importance_refuses_what_it_cannot_assess_in_one_line(tmp_path, capsys):
-    line = error_line(capsys, ["importance", "--experiment", "x", "--resamples", "-1"])
-    assert line == "mtbert: error: --resamples -1: must be >= 0 (0: the estimate without an interval)"
+    line = error_line(capsys, ["importance", "--experiment", "x", "--permutations", "5"])
+    assert line == ("mtbert: error: --permutations 5: must be >= 19 (the smallest p-value is 1 / (permutations + 1), "
+                    "and it must reach 0.05)")
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    exp = new_experiment(client, "two")
-    parent = client.create_run(exp, run_name="two-1", tags={"role": "sweep", "space_keys": "optim.lr"})
-    for variant, lr in (("p000", "0.001"), ("p001", "0.0001")):  # two configurations: no forest to fit
-        run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": variant,
-                                           "role": "search", "seed": "0"})
-        client.log_param(run.info.run_id, "optim.lr", lr)
+    exp = new_experiment(client, "one")
+    parent = client.create_run(exp, run_name="one-1", tags={"role": "sweep", "space_keys": "optim.lr"})
+    for seed in (0, 1):  # one configuration: nothing to compare it with
+        run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": "p000",
+                                           "role": "search", "seed": str(seed)})
+        client.log_param(run.info.run_id, "optim.lr", "0.001")
         client.log_metric(run.info.run_id, "overall", 0.5)
         client.set_terminated(run.info.run_id, "FINISHED")
     capsys.readouterr()  # MLflow's notes on creating the store
-    line = error_line(capsys, ["importance", "--experiment", "two", "--tracking-uri", uri])
-    assert line == (f"mtbert: error: sweep two-1 ({parent.info.run_id}): importance needs at least 3 finished "
-                    "searched configurations; it has 2")
+    line = error_line(capsys, ["importance", "--experiment", "one", "--tracking-uri", uri])
+    assert line == (f"mtbert: error: sweep one-1 ({parent.info.run_id}): importance needs at least 2 finished "
+                    "searched configurations; it has 1")
 
 
 @pytest.mark.parametrize("uri, says", [

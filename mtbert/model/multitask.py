@@ -13,8 +13,9 @@ from __future__ import annotations
 import copy
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -397,14 +398,52 @@ class MultitaskModel(nn.Module):
         return sum(p.numel() for p in self.layer(0).parameters())
 
     def step_flops(self, packed: Packed, device: torch.device, start: int) -> int:
-        """Training FLOPs of the encoder layers for one forward + backward from layer `start`:
-        2 x params x positions forward in every layer run, 4 x more backward in the layers at
-        or above the lowest trainable one (frozen bottom layers need no backward). Attention's
-        T^2 term and the small heads are left out, as in the usual 6N-per-token count."""
+        """Training FLOPs of one forward + backward from layer `start` (docs/guide.md, "What a
+        trial's compute counts"): 2 x params per position forward in every encoder layer run,
+        4 x more backward in the layers at or above the lowest trainable one (frozen layers
+        need no backward), plus the heads' 6 x params per example (head_flops). Attention's
+        T^2 term, the embeddings' lookup and the element-wise norms are left out, as in the
+        usual 6N-per-token count."""
         _, done = self.layer_positions(packed, device, start)
         per_layer = done / max(1, self.num_layers - start)  # mean positions per layer run
         trainable_layers = self.num_layers - max(start, self.frozen_depth)
-        return int(self.layer_params() * (2 * done + 4 * per_layer * trainable_layers))
+        return int(self.layer_params() * (2 * done + 4 * per_layer * trainable_layers)) + self.head_flops(packed)
+
+    def head_flops(self, packed: Packed) -> int:
+        """FLOPs of everything above the encoder for one step's examples, all of it trainable:
+        6 x params per example for a task's pair projection and head layers, per side for its
+        pooler (and the hidden head layers of a cosine_mlp pair), and 2 x params forward for
+        the upstream heads a cascade runs without gradient."""
+        total = 0
+        for task, parts in _by_task(packed).items():
+            sides = [e - s for _, s, e in parts]
+            total += 6 * sum(sides) * _numel(self.poolers[task] if task in self.poolers else None)
+            if task in self.cosine_tasks:
+                if task in self.cosine_mlp_tasks:
+                    total += 6 * sum(sides) * sum(_numel(layer[task]) for layer in self.heads.layers)
+                continue
+            own, upstream = self._head_params(task)
+            total += sides[0] * (6 * own + 2 * upstream)
+        return total
+
+    def _head_params(self, task: str) -> tuple[int, int]:
+        """(the task's own pair projection and head layers, the upstream heads a cascade runs for
+        it, each with its own upstream)."""
+        own = _numel(self.pair_proj[task] if task in self.pair_proj else None)
+        own += sum(_numel(layer[task]) for layer in self.heads.layers) + _numel(self.heads.out[task])
+        upstream = 0
+        if task in self.cascade:
+            for u in self.cascade[: self.cascade.index(task)]:
+                u_own, u_up = self._head_params(u)
+                upstream += u_own + u_up - _numel(self.pair_proj[u] if u in self.pair_proj else None)
+        return own, upstream
+
+    def frozen_flops(self, datasets: Iterable[Any], start: int) -> int:
+        """Forward FLOPs of the first `start` encoder layers over every sequence of `datasets`
+        (TaskDataset, each side), real tokens only: the frozen-layer cache's work, done once
+        per sequence rather than once per epoch (train/frozen.py)."""
+        tokens = sum(int(p.lengths.sum()) for ds in datasets for p in ds.packed)
+        return 2 * self.layer_params() * start * tokens
 
     def _pool(self, task: str, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "pooler":
@@ -446,6 +485,10 @@ class MultitaskModel(nn.Module):
         """Logits (or predictions for cosine STS) per task of the given batches."""
         packed = pack(batches)
         return self.from_embeddings(packed, self.embed(packed))
+
+
+def _numel(module: nn.Module | None) -> int:
+    return 0 if module is None else sum(p.numel() for p in module.parameters())
 
 
 def count_params(model: nn.Module) -> tuple[int, int]:

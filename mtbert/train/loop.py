@@ -244,11 +244,15 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
 
     history: list[dict] = []
     timer = measure.StepTimer(device)
-    start_epoch, flops = 1, 0
+    # The cached frozen layers ran forward once over the training data, whether this run built
+    # the blocks or read what another run of the same weights stored: counted once, here.
+    setup_flops = model.frozen_flops(prepared.train.values(), start) if cache is not None else 0
+    start_epoch, flops = 1, setup_flops
     # The fine-tuned row pays for its probe's steps, and says where the probe left it.
     start_from = {}
     if probed is not None:
-        timer.elapsed, flops = probed["train_time_s"], probed["train_flops"]
+        timer.elapsed = probed["train_time_s"]
+        flops, setup_flops = flops + probed["train_flops"], setup_flops + probed["train_flops"]
         start_from = {"probe_overall": probed["overall"]}
     saves_state = cfg.train.save_checkpoint and (output_dir is not None or reporter is not None)
     # The frozen tensors, when a pretrained model holds them, are named in the resumable state
@@ -270,6 +274,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
         if history and "probe_overall" in history[0]:
             start_from = {"probe_overall": history[0]["probe_overall"]}
         flops = history[-1].get("train_flops", 0) if history else 0
+        setup_flops = history[-1].get("setup_flops", 0) if history else 0
         rng_state = state.get("rng")
         if output_dir is not None and (Path(resume_from) / "best").is_dir():
             _take_best(Path(resume_from) / "best", Path(output_dir) / "best")
@@ -356,7 +361,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
         peak = measure.matmul_peak(device, precision.label(cfg.train.precision, device))
         m.update(seq_per_s=seqs / max(epoch_time, 1e-9), pad_fraction=pad_tokens / max(all_tokens, 1),
                  tokens_per_s=real_tokens / max(epoch_time, 1e-9), mfu=useful_flops / max(epoch_time, 1e-9) / peak,
-                 epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops,
+                 epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops, setup_flops=setup_flops,
                  lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
                  peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
                  params_total=params_total, params_trainable=params_trainable, **trunc, **start_from)

@@ -2,7 +2,7 @@
 
     leaderboard.py  the papers' table (md/csv/latex/html) and a Pareto plot: `mtbert leaderboard`
     export.py       the printed table formats shared by the leaderboard and importance
-    importance.py   which swept keys matter per figure (fANOVA, seed-resampled intervals)
+    importance.py   which swept keys matter per figure (fANOVA shares, a permutation test against seed noise)
     findings.py     the papers' claims checked against the runs: `mtbert findings`
     verdicts.py     what the paired interval of A - B says about one claim
     best.py         the best configuration and its model's names: `mtbert best`

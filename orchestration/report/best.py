@@ -2,7 +2,8 @@
 the mean over seeds, track/models.py's best_configuration) and, for that configuration's best
 seed, every name its model goes by: the MLflow run, the logged model, the registered version
 and the bundle folder on disk. Each model line is a `mtbert predict --model ...` command that
-runs as printed.
+runs as printed. The frozen reference is a yardstick, never the best (`--include-reference`
+lets it compete); where its mean beats every trained configuration, a line says so.
 """
 from __future__ import annotations
 
@@ -82,14 +83,23 @@ def _values(parent_tags: dict[str, str], params: dict[str, str]) -> dict[str, st
             if name == key or name.startswith(key + ".")}
 
 
-def best_summary(runs: list) -> dict[str, Any]:
+def reference_overall(runs: list) -> float | None:
+    """The frozen reference's mean overall over its finished seeds (None: the sweep ran none)."""
+    from orchestration.sweep.labels import REFERENCE
+
+    values = [r.data.metrics["overall"] for r in runs if r.data.tags.get("role") == REFERENCE
+              and r.info.status == "FINISHED" and "overall" in r.data.metrics]
+    return sum(values) / len(values) if values else None
+
+
+def best_summary(runs: list, include_reference: bool = False) -> dict[str, Any]:
     """The best configuration as the sweep reports it (its summary line, its parent run): its
     variant, its mean overall with the 95% half-width and n seeds, and its best seed (the model);
-    {} when no trial finished."""
+    {} when no trial finished. The frozen reference competes only with `include_reference`."""
     from orchestration.stats import mean_ci
     from orchestration.track.models import best_configuration
 
-    best = best_configuration(runs)
+    best = best_configuration(runs, include_reference)
     if not best:
         return {}
     mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
@@ -100,21 +110,26 @@ def best_summary(runs: list) -> dict[str, Any]:
                    if (v := [r.data.metrics[name] for r in best if name in r.data.metrics])}}
 
 
-def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) -> dict[str, Any]:
+def best_model(uri: str, experiment: str, sweep: str | None = None, say=None,
+               include_reference: bool = False) -> dict[str, Any]:
     """The sweep's best configuration and its best seed's model, as a plain dict (the JSON
-    `mtbert best --format json` prints)."""
+    `mtbert best --format json` prints); the frozen reference only with `include_reference`."""
     from mlflow.tracking import MlflowClient
 
     from orchestration.report.leaderboard import find_sweep
+    from orchestration.sweep.labels import REFERENCE
     from orchestration.track.models import best_configuration
 
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     client = MlflowClient(uri)
     runs = _children(client, str(experiment_id), parent.info.run_id)
-    summary, best = best_summary(runs), best_configuration(runs)
+    summary, best = best_summary(runs, include_reference), best_configuration(runs, include_reference)
     if not best:
         raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials"
+                         + ("" if include_reference or reference_overall(runs) is None else
+                            " besides the frozen reference (--include-reference lets it compete)")
                          + _why_none(runs))
+    reference = reference_overall(runs)
     top = best[0]
     tags = top.data.tags
     registered = _registered(client, top.info.run_id)
@@ -127,6 +142,9 @@ def best_model(uri: str, experiment: str, sweep: str | None = None, say=None) ->
         "sweep_run_id": parent.info.run_id,
         "configuration": summary["variant"], "values": _values(parent.data.tags, top.data.params),
         "overall": summary["overall"], "ci95_half": None if math.isnan(summary["half"]) else summary["half"],
+        "reference_overall": reference,
+        "reference_beats_all": bool(reference is not None and summary["variant"] != REFERENCE
+                                    and reference > summary["overall"]),
         "n": summary["n"], "seeds": sorted((r.data.tags.get("seed") for r in best if r.data.tags.get("seed")),
                                             key=lambda s: (len(s), s)),
         "best_seed": {
@@ -152,6 +170,9 @@ def render_text(found: dict[str, Any]) -> str:
              f"({', '.join(found['seeds'])}), judged by its mean",
              f"# its best seed {seed['trial_key']} (seed {seed['seed']}): overall {seed['overall']:.4f}, "
              f"MLflow run {seed['run_id']}"]
+    if found.get("reference_beats_all"):
+        lines.insert(2, f"# the frozen reference (a yardstick, not a contender) beats every trained configuration: "
+                        f"overall {found['reference_overall']:.4f}")
     predict = f"{tool('mtbert')} predict --tracking-uri {shlex.quote(found['tracking_uri'])} --model"
     if seed["model_uri"]:
         lines.append(f"{predict} {shlex.quote(seed['model_uri'])}   # the model logged to its run")

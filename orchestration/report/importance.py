@@ -1,21 +1,38 @@
 """Which swept dimensions matter: for each figure of a sweep (the task scores, overall and the
 headline TM-relative score), how much of its spread across configurations each `space:` key
-explains, with an interval from resampling seeds.
+explains, and whether that is more than seed noise could make.
 
     mtbert importance --experiment smoke                      # the table; the bar chart beside it
 
-Method. One point per configuration: its figures averaged over its seeds, one trial of an
+The statistics are one public function of a plain table, `assess(table, dimensions, figures)`
+(a row per run: the configuration's values, its seed, its figures): the CLI reads a sweep's
+runs into that shape; a notebook or a simulation calls it directly, without MLflow or Ray.
+
+How much. One point per configuration: its figures averaged over its seeds, one trial of an
 in-memory Optuna study whose params are the configuration's values of the swept keys (a grid
 or choice categorical, a range a number; a key that took one value is left out). A `points`
 dimension (tied keys set together) is one categorical factor: a share per key would split one
 effect between its keys at random. Optuna's fANOVA gives each key's main-effect share of the
-figure's variance (summing to 1 over the keys). Not PED-ANOVA: it compares the configurations
-above a quantile (the top 10%) with all of them, one or two at this sweep size, so whichever
-pair happened to win would decide; fANOVA's forest uses every configuration.
+figure's variance (summing to 1 over the keys). Beside it, with PED_MIN_CONFIGURATIONS or
+more configurations, PED-ANOVA's share (Optuna's default evaluator: which keys decide reaching
+the top 10%); below that the top holds fewer than 5 configurations and whichever few won
+would decide. A share is never 0, and neither is a bootstrap interval of it: a share cannot
+say "this key does not matter", so none is given an interval.
 
-Interval. RESAMPLES times (a fixed RNG seed): each configuration's seeds drawn with
-replacement, the importances recomputed; the 2.5 and 97.5 percentiles are the 95% interval.
-One seed per configuration: no interval.
+Whether it matters. A permutation test per (figure, dimension): the statistic is the spread of
+the figure's mean over the dimension's levels (between-level sum of squares; a range cut into
+RANGE_BINS bins of equal count); the null shuffles the levels among the runs of one seed and
+one combination of the other keys (a grid crosses them), so the seed's shared noise and the
+other keys' effects stay in place; where the sweep did not cross the keys, among the runs of
+one seed. p = (1 + shuffles at least as extreme) / (1 + PERMUTATIONS); "matters" when
+p <= ALPHA. A key that does nothing is called "matters" in at most 5% of sweeps, whatever the
+shape of the seed noise (skewed, heavy-tailed, seeds correlated), since the shuffled runs are
+exchangeable then; tests/orchestration/test_importance_simulation.py plants sweeps and
+measures both that rate and the power (docs/guide.md quotes them). The rate is per (figure,
+dimension): a table of many cells holds some "matters" by chance.
+
+Two configurations. No share to split: their difference per figure, paired by seed, with its
+95% t-interval (orchestration/stats.py), "matters" when it excludes 0.
 
 The configurations: the searched ones, and the baseline where it stands for a searched point
 (plan.py). Any other baseline, and the frozen reference, differ from the space outside its
@@ -31,11 +48,10 @@ import json
 import math
 import shutil
 import tempfile
-import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -46,19 +62,23 @@ from orchestration.report.export import Cell
 from orchestration.sweep.labels import STANDS_FOR, parse_param
 from orchestration.sweep.space import POINTS_TAG
 
-RESAMPLES = 100
+PERMUTATIONS = 999
+ALPHA = 0.05  # the permutation test's level: a key that does nothing reads "matters" in at most 5%
 RNG_SEED = 0
-# Not Optuna's 64: a forest per figure and resample is the whole cost (16 trees: about 0.05 s at
-# a dozen configurations), and the resamples' spread takes in the forest's own noise.
+# Not Optuna's 64: a forest per figure is most of the cost (16 trees: about 0.05 s at a dozen
+# configurations), and a share is descriptive here: the permutation test says what is noise.
 N_TREES = 16
-LEVEL = 0.95
+RANGE_BINS = 4
 MIN_CONFIGURATIONS = 3
+PED_MIN_CONFIGURATIONS = 50  # PED-ANOVA's top 10% then holds 5 (Optuna's advice)
+PED_QUANTILE = 0.1
 AT_END_MAX_CONFIGURATIONS = 200  # above: the end of a sweep leaves it to `mtbert importance`
 MAX_NUMERIC_CATEGORIES = 8  # a grid/choice of more numbers than this is read as a range
 CSV = "importance.csv"
 PNG = "importance.png"
 SPACE_DOC = "search_space.json"  # the parent's artifact that describes each dimension (launch.py)
-COLUMNS = ["figure", "dimension", "importance", "low", "high", "configurations", "runs", "resamples"]
+COLUMNS = ["figure", "dimension", "importance", "ped_anova", "effect", "p", "matters", "null", "low", "high",
+           "configurations", "runs", "permutations"]
 
 
 # --------------------------------------------------------------------------- the points
@@ -133,7 +153,7 @@ class Dim:
 @dataclass
 class Points:
     """The configurations (index: variant) with their encoded values of each Dim, and the
-    finished runs (variant, one column per figure) whose seed means are the values assessed."""
+    finished runs (variant, seed, one column per figure): assess()'s table, joined."""
     values: pd.DataFrame
     dims: list[Dim]
     runs: pd.DataFrame
@@ -185,7 +205,8 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
     keep = (_col(runs, "status") == "FINISHED") & eligible(_col(runs, "tags.role"), _col(runs, f"tags.{STANDS_FOR}"))
     done = runs[keep]
     names = figures(parent_tags, tm)
-    frame = pd.DataFrame({"variant": _col(runs, "tags.variant")[keep].values})
+    frame = pd.DataFrame({"variant": _col(runs, "tags.variant")[keep].values,
+                          "seed": _col(runs, "tags.seed")[keep].astype(object).fillna("").astype(str).values})
     for name in names:
         frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}")[keep], errors="coerce").values
     params_cols = [c for c in done.columns if c.startswith("params.")]
@@ -246,24 +267,34 @@ def _quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
-def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, float]:
-    """Normalised fANOVA importances of `dims` for the configurations' values y (NaN: left
-    out); {} with fewer than MIN_CONFIGURATIONS points or no dimension that varies among them."""
+def _study(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, direction: str = "minimize"):
+    """An in-memory study of one trial per configuration (NaN: left out), or None with fewer
+    than MIN_CONFIGURATIONS points or no dimension that varies among them."""
     import optuna
-    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     finite = np.isfinite(y)
     if finite.sum() < MIN_CONFIGURATIONS or np.ptp(y[finite]) == 0:  # nothing to explain
-        return {}
+        return None
     rows = values[finite]
     used = [d for d in dims if rows[d.name].nunique() > 1]
     if not used:
-        return {}
+        return None
     distributions = {d.name: d.distribution() for d in used}
-    study = optuna.create_study()
+    study = optuna.create_study(direction=direction)
     study.add_trials([optuna.trial.create_trial(params=dict(zip(distributions, row)), distributions=distributions,
                                                 value=float(v))
                       for row, v in zip(rows[list(distributions)].itertuples(index=False, name=None), y[finite])])
+    return study
+
+
+def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, float]:
+    """Normalised fANOVA importances of `dims` for the configurations' values y; {} where
+    there is nothing to explain (_study)."""
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    study = _study(values, dims, y)
+    if study is None:
+        return {}
     try:
         found = get_param_importances(study, evaluator=FanovaImportanceEvaluator(n_trees=N_TREES, seed=RNG_SEED))
     except RuntimeError:  # every tree's bootstrap drew equal values: no variance to share out
@@ -271,54 +302,205 @@ def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, f
     return {name: float(v) for name, v in found.items()}
 
 
-MAX_RESAMPLES = 10_000  # each resample fits the forests again: beyond it, hours for the third digit
+def _ped_anova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, maximize: bool) -> dict[str, float]:
+    """Normalised PED-ANOVA importances (Optuna's default evaluator): how much each key decides
+    whether a configuration reaches the top PED_QUANTILE of the figure. Only with at least
+    PED_MIN_CONFIGURATIONS finite points, so that the top holds 5 of them (Optuna's advice:
+    below that, whichever few happened to win would decide)."""
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
+    if np.isfinite(y).sum() < PED_MIN_CONFIGURATIONS:
+        return {}
+    study = _study(values, dims, y, "maximize" if maximize else "minimize")
+    if study is None:
+        return {}
+    found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(target_quantile=PED_QUANTILE))
+    return {name: float(v) for name, v in found.items()}
 
 
-def check_resamples(resamples: int) -> None:
-    if resamples < 0:
-        raise SweepError(f"--resamples {resamples}: must be >= 0 (0: the estimate without an interval)")
-    if resamples > MAX_RESAMPLES:
-        raise SweepError(f"--resamples {resamples}: over the bound of {MAX_RESAMPLES:,}")
+MAX_PERMUTATIONS = 100_000  # each reshuffles every cell: past it, minutes for the fourth digit of p
 
 
-def compute(p: Points, resamples: int = RESAMPLES, rng_seed: int = RNG_SEED) -> pd.DataFrame:
-    """COLUMNS, one row per (figure, dimension): the importance of the seed means and its
-    percentile interval over `resamples` seed resamples (NaN with one seed per configuration)."""
-    check_resamples(resamples)
+def check_permutations(permutations: int) -> None:
+    if permutations > MAX_PERMUTATIONS:
+        raise SweepError(f"--permutations {permutations}: over the bound of {MAX_PERMUTATIONS:,}")
+    if permutations < 19:
+        raise SweepError(f"--permutations {permutations}: must be >= 19 (the smallest p-value is "
+                         f"1 / (permutations + 1), and it must reach {ALPHA})")
+
+
+def _codes(*columns: np.ndarray) -> np.ndarray:
+    """One code 0..k-1 per row for each distinct combination of the columns' values."""
+    if not columns:
+        return np.zeros(0, dtype=np.int64)
+    per = [np.unique(np.asarray(c).astype(str), return_inverse=True)[1].ravel() for c in columns]
+    _, first, codes = np.unique(np.stack(per, axis=1), axis=0, return_index=True, return_inverse=True)
+    # Numbered in order of first appearance: "the first configuration" is the table's first.
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[codes.ravel()]
+
+
+def _levels(dim: Dim, column: np.ndarray) -> np.ndarray:
+    """Each run's level of a dimension, as codes 0..k-1: its categories, or for a range the
+    configurations' values cut into at most RANGE_BINS bins of equal count (a range sweep has a
+    value per configuration: a level each would leave nothing to compare within)."""
+    if dim.kind == "categorical":
+        return _codes(column)
+    numbers = column.astype(float)
+    distinct = np.unique(numbers)
+    bins = min(RANGE_BINS, len(distinct))
+    return (np.searchsorted(distinct, numbers) * bins // len(distinct)).astype(np.int64)
+
+
+def _strata(seeds: np.ndarray, others: list[np.ndarray], levels: np.ndarray) -> tuple[np.ndarray, str]:
+    """The groups of runs whose levels the null shuffles, and its name: within each seed and
+    each combination of the other keys where the sweep crossed them (then the other keys'
+    effects and the seed's stay where they are); else within each seed (a key that matters
+    elsewhere then widens the null: the test errs towards "no"); else all runs."""
+    for null, columns in (("seed and other keys", [seeds, *others]), ("seed", [seeds])):
+        codes = _codes(*columns)
+        pairs = np.unique(np.stack([codes, levels], axis=1), axis=0)
+        if len(pairs) > len(np.unique(codes)):  # some stratum holds two levels: a shuffle moves something
+            return codes, null
+    return np.zeros(len(levels), dtype=np.int64), "runs"
+
+
+def _statistic(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The between-level sum of squares, less its constant: sum over levels of total^2 / count."""
+    return (sums * sums / np.maximum(counts, 1)).sum(axis=-1)
+
+
+def permutation_p(y: np.ndarray, levels: np.ndarray, strata: np.ndarray, permutations: int,
+                  rng: np.random.Generator) -> float:
+    """The p-value of "the levels' means differ" against the null that shuffles the levels
+    among the runs of each stratum: (1 + shuffles at least as extreme) / (1 + shuffles)."""
+    order = np.argsort(strata, kind="stable")
+    y, levels, strata = y[order], levels[order], strata[order]
+    k, n = int(levels.max()) + 1, len(y)
+    counts = np.bincount(levels, minlength=k)  # a shuffle within strata keeps every level's count
+    observed = _statistic(np.bincount(levels, weights=y, minlength=k), counts)
+    # Sorting (stratum + uniform) keeps each stratum's block and shuffles within it.
+    shuffled = levels[np.argsort(strata[None, :] + rng.random((permutations, n)), axis=1)]
+    flat = (shuffled + k * np.arange(permutations)[:, None]).ravel()
+    sums = np.bincount(flat, weights=np.tile(y, permutations), minlength=k * permutations).reshape(permutations, k)
+    extreme = _statistic(sums, counts) >= observed - 1e-9 * abs(observed)  # ties count against
+    return float((1 + extreme.sum()) / (1 + permutations))
+
+
+def _infer_dims(table: pd.DataFrame, dimensions: Sequence[str]) -> tuple[list[Dim], pd.DataFrame]:
+    """A plain table's dimensions as Dims (a grid of up to MAX_NUMERIC_CATEGORIES numbers a
+    category each, more a range) and its values encoded as they describe."""
+    dims, encoded = [], pd.DataFrame(index=table.index)
+    for name in dimensions:
+        for dim, column in _encode(name, list(table[name]), {"type": "grid"}):
+            dims.append(dim)
+            encoded[dim.name] = column
+    return dims, encoded
+
+
+def assess(table: pd.DataFrame, dimensions: Sequence[str], figures: Sequence[str], *, seed: str = "seed",
+           permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED, shares: bool = True,
+           dims: Sequence[Dim] | None = None, maximize: Mapping[str, bool] | None = None) -> pd.DataFrame:
+    """Which swept dimensions matter, from a plain table: one row per run, a column per
+    dimension (the run's configuration's value), its `seed` and a column per figure. No
+    MLflow, no Ray: `mtbert importance` calls it on a sweep's runs, and a notebook or a
+    simulation on anything of that shape.
+
+    Returns COLUMNS, a row per (figure, dimension):
+    - importance: the dimension's share of the variance of the configurations' seed means
+      (Optuna's fANOVA, main effects, summing to 1); ped_anova: PED-ANOVA's share, with
+      PED_MIN_CONFIGURATIONS or more configurations. Descriptive: neither is ever 0, so
+      neither says "no". `shares=False` leaves both NaN (a simulation's speed).
+    - effect: the spread (max - min) of the figure's mean over the dimension's levels.
+    - p, matters: the permutation test of "the dimension's levels differ by more than seed
+      noise" (_strata names the null), matters when p <= ALPHA. Its rate of a wrong "matters"
+      is at most ALPHA for each (figure, dimension) whatever the noise's shape, as long as the
+      runs a shuffle exchanges are exchangeable when the dimension does nothing
+      (tests/orchestration/test_importance_simulation.py measures it).
+    Two configurations: one row per figure, their difference paired by seed (stats), the
+    dimensions that differ named in `dimension`, matters when its 95% interval excludes 0.
+    `dims` (the dimensions as Optuna distributions) come with the table's values already
+    encoded; without them they are read from the values. `maximize`: figure -> which way is
+    better (PED-ANOVA's top), by default mtbert's declaration of the figure, else larger."""
+    if dims is None:
+        dims, values = _infer_dims(table, dimensions)
+    else:
+        dims, values = list(dims), table[[d.name for d in dims]]
+    seeds = table[seed].astype(str).to_numpy() if seed in table else np.zeros(len(table), dtype=str)
+    names = [d.name for d in dims]
+    columns = {name: values[name].to_numpy() for name in names}
+    configuration = _codes(*columns.values()) if names else np.zeros(len(table), dtype=np.int64)
+    n_configurations = int(configuration.max()) + 1 if len(table) else 0
+    if n_configurations == 2:
+        return _paired(table, columns, seeds, configuration, figures)
+    firsts = np.array([np.flatnonzero(configuration == c)[0] for c in range(n_configurations)], dtype=np.int64)
+    config_values = values.iloc[firsts].reset_index(drop=True)
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    with _quiet_optuna() if shares else nullcontext():
+        for figure in figures:
+            y = pd.to_numeric(table[figure], errors="coerce").to_numpy(dtype=float)
+            finite = np.isfinite(y)
+            totals = np.bincount(configuration[finite], weights=y[finite], minlength=n_configurations)
+            counts = np.bincount(configuration[finite], minlength=n_configurations)
+            means = np.where(counts > 0, totals / np.maximum(counts, 1), math.nan)
+            n = int((counts > 0).sum())
+            fanova = _fanova(config_values, dims, means) if shares else {}
+            better = (maximize or {}).get(figure, _maximize(figure))
+            ped = _ped_anova(config_values, dims, means, better) if shares else {}
+            for dim in dims:
+                levels = _levels(dim, columns[dim.name][finite])
+                effect, p, null = math.nan, math.nan, ""
+                if n >= MIN_CONFIGURATIONS and levels.max(initial=0) > 0:
+                    level_means = np.bincount(levels, weights=y[finite]) / np.bincount(levels)
+                    effect = float(level_means.max() - level_means.min())
+                    strata, null = _strata(seeds[finite], [columns[o][finite] for o in names if o != dim.name],
+                                           levels)
+                    p = permutation_p(y[finite], levels, strata, permutations, rng)
+                rows.append([figure, dim.name, fanova.get(dim.name, math.nan), ped.get(dim.name, math.nan), effect,
+                             p, bool(p <= ALPHA), null, math.nan, math.nan, n, int(finite.sum()),
+                             permutations if not math.isnan(p) else 0])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _maximize(figure: str) -> bool:
+    from mtbert.figures import better
+
+    return better(figure) != "min"
+
+
+def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarray, configuration: np.ndarray,
+            figures: Sequence[str]) -> pd.DataFrame:
+    """Two configurations: the second's difference from the first, paired by seed (the mean of
+    a seed's runs where it ran more than one)."""
+    from orchestration.stats import LEVEL as INTERVAL_LEVEL, paired_interval
+
+    first, second = (np.flatnonzero(configuration == c)[0] for c in (0, 1))
+    label = "; ".join(f"{name}: {_label(col[second])} - {_label(col[first])}"
+                      for name, col in columns.items() if col[first] != col[second])
+    rows = []
+    for figure in figures:
+        y = pd.to_numeric(table[figure], errors="coerce").to_numpy(dtype=float)
+        per_seed = [pd.Series(y[configuration == c]).groupby(seeds[configuration == c]).mean().to_dict()
+                    for c in (0, 1)]
+        found = paired_interval(per_seed[1], per_seed[0])
+        decided = found.n >= 2 and (found.low > 0 or found.high < 0)
+        rows.append([figure, label, math.nan, math.nan, found.mean, math.nan, bool(decided),
+                     f"paired by seed, {INTERVAL_LEVEL:.0%}", found.low, found.high, 2,
+                     int(np.isfinite(y).sum()), 0])
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def compute(p: Points, permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED) -> pd.DataFrame:
+    """assess() on a sweep's points (their encoded values, each run's seed and figures)."""
+    check_permutations(permutations)
     if p.values.empty:
         return pd.DataFrame(columns=COLUMNS)
-    y = p.runs[p.figures].to_numpy(dtype=float)
-    rows_of = p.runs.groupby("variant", sort=False).indices  # variant -> its runs' positions
-    groups = [rows_of[v] for v in p.values.index]
-
-    def means(picks: list[np.ndarray]) -> np.ndarray:
-        with warnings.catch_warnings():  # a configuration whose drawn seeds lack a figure: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.vstack([np.nanmean(y[g], axis=0) for g in picks])
-
-    resampled = resamples if any(len(g) > 1 for g in groups) else 0
-    rng = np.random.default_rng(rng_seed)
-    with _quiet_optuna():
-        point = means(groups)
-        estimate = [_fanova(p.values, p.dims, point[:, j]) for j in range(len(p.figures))]
-        draws: list[list[dict[str, float]]] = [[] for _ in p.figures]
-        for _ in range(resampled):
-            m = means([g[rng.integers(0, len(g), len(g))] for g in groups])
-            for j in range(len(p.figures)):
-                draws[j].append(_fanova(p.values, p.dims, m[:, j]))
-    rows = []
-    tail = (1 - LEVEL) / 2 * 100
-    for j, figure in enumerate(p.figures):
-        n = int(np.isfinite(point[:, j]).sum())
-        # A figure that does not vary (or too few configurations have) is listed, not assessed: NaN.
-        for name, value in (estimate[j] or {d.name: math.nan for d in p.dims}).items():
-            low = high = math.nan
-            if resampled and not math.isnan(value):
-                sample = np.array([d.get(name, math.nan) for d in draws[j]], dtype=float)
-                if np.isfinite(sample).any():
-                    low, high = (float(x) for x in np.nanpercentile(sample, [tail, 100 - tail]))
-            rows.append([figure, name, value, low, high, n, len(p.runs), resampled])
-    return pd.DataFrame(rows, columns=COLUMNS)
+    # By variant: the first configuration of a pair is the sweep's first (p000 before p003).
+    table = p.runs.join(p.values, on="variant").sort_values(["variant", "seed"], kind="stable")
+    return assess(table, [d.name for d in p.dims], p.figures, permutations=permutations, rng_seed=rng_seed,
+                  dims=p.dims)
 
 
 # --------------------------------------------------------------------------- stored on the parent
@@ -336,7 +518,7 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
     """(the parent's importance table, "") when it was computed from the finished runs this
     leaderboard table holds; else (None, why not: "" when there is nothing to assess)."""
     configurations, runs = eligible_runs(table)
-    if configurations < MIN_CONFIGURATIONS or not _space_keys(parent.data.tags):
+    if configurations < 2 or not _space_keys(parent.data.tags):
         return None, ""
     text = _parent_artifact(uri, parent, CSV)
     if text:
@@ -376,7 +558,7 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
     parent = tracking.client.get_run(tracking.parent_run_id)
     p = _points(tracking.uri, tracking.experiment_id, parent)
     if len(p.values) < MIN_CONFIGURATIONS or len(p.dims) < 2:
-        return False  # with one swept dimension all of the variation is its own: nothing to rank
+        return False  # one swept dimension: its share is 1; `mtbert importance` tests it on request
     if len(p.values) > AT_END_MAX_CONFIGURATIONS:
         log(f"importance of the swept dimensions: {len(p.values)} configurations, more than the end of a "
             f"sweep fits ({AT_END_MAX_CONFIGURATIONS}); `mtbert importance` computes it")
@@ -396,52 +578,61 @@ def figure_label(figure: str) -> str:
     return column.header if column else figure
 
 
-def _cell(value: float, low: float, high: float) -> Cell:
-    if value is None or math.isnan(value):
+def paired(found: pd.DataFrame) -> bool:
+    """Whether the table is two configurations' paired difference rather than shares."""
+    return not found.empty and bool(found["null"].astype(str).str.startswith("paired").all())
+
+
+def _cell(r) -> Cell:
+    """A share (else the effect) with its p-value aside, bold when the key matters; a paired
+    difference with its interval aside, bold when it excludes 0."""
+    if str(r.null).startswith("paired"):
+        if math.isnan(r.effect):
+            return Cell("–")
+        aside = "" if math.isnan(r.low) else f"[{r.low:+.4f}, {r.high:+.4f}]"
+        return Cell(f"{r.effect:+.4f}", aside, bold=bool(r.matters))
+    if math.isnan(r.p):
         return Cell("–")
-    if math.isnan(low) or math.isnan(high):
-        return Cell(f"{value:.2f}")
-    return Cell(f"{value:.2f}", f"[{low:.2f}, {high:.2f}]")
+    text = f"{r.importance:.2f}" if not math.isnan(r.importance) else f"{r.effect:.3g}"
+    return Cell(text, f"(p {r.p:.3f})", bold=bool(r.matters))
 
 
 def display_rows(found: pd.DataFrame) -> tuple[list[str], list[list[Cell]]]:
-    """Dimension x figure, the dimensions by their mean importance over the figures; in each
-    figure's column the dimension that explains most of it is bold (ties at the shown digits
-    all, none where every dimension shows the same)."""
+    """Dimension x figure, the dimensions by their mean importance over the figures; bold: a
+    key that matters for that figure (p <= ALPHA), or a paired difference that excludes 0."""
     order = list(dict.fromkeys(found["figure"]))
     dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values(ascending=False).index)
-    cells = {(r.figure, r.dimension): _cell(r.importance, r.low, r.high) for r in found.itertuples()}
-    headers = ["Dimension", *map(figure_label, order)]
-    rows = [[Cell(d), *(cells.get((f, d), Cell("–")) for f in order)] for d in dims]
-    for j in range(1, len(headers)):
-        shown = {i: row[j].text for i, row in enumerate(rows) if row[j].text != "–"}
-        if len(shown) < 2 or len(set(shown.values())) < 2:
-            continue
-        best = max(shown.values(), key=float)
-        for i, text in shown.items():
-            if text == best:
-                rows[i][j] = replace(rows[i][j], bold=True)
-    return headers, rows
+    cells = {(r.figure, r.dimension): _cell(r) for r in found.itertuples()}
+    headers = ["Configurations" if paired(found) else "Dimension", *map(figure_label, order)]
+    return headers, [[Cell(d), *(cells.get((f, d), Cell("–")) for f in order)] for d in dims]
 
 
-def caption(found: pd.DataFrame, bold: bool = False) -> str:
+def caption(found: pd.DataFrame) -> str:
     first = found.iloc[0]
-    resampled = int(first["resamples"])
-    interval = (f"in brackets its {LEVEL:.0%} interval: the 2.5-97.5 percentiles over {resampled} resamples of each "
-                "configuration's seeds (with replacement)" if resampled else
-                "one seed per configuration: no seeds to resample, so no interval")
+    runs = int(first["runs"])
+    if paired(found):
+        return (f"Two configurations ({runs} runs): the second's difference from the first in each figure (the keys "
+                "that differ, second - first, in the first column), paired by seed, in brackets its 95% t-interval "
+                "(orchestration/stats.py). Bold: the interval excludes 0."
+                + (" – : not assessed." if found["effect"].isna().any() else ""))
+    shuffles = int(found["permutations"].max())
+    nulls = set(found["null"].dropna().astype(str)) - {""}
+    within = ("each seed and each combination of the other keys" if nulls == {"seed and other keys"} else
+              "each seed (and each combination of the other keys where the sweep crossed them)")
+    ped = " PED-ANOVA's share (the top 10%) is in the CSV." if found["ped_anova"].notna().any() else ""
     return (f"Importance: the share of a figure's variance across {int(first['configurations'])} configurations "
-            f"(seed means of {int(first['runs'])} runs) that a swept key explains on its own (Optuna's fANOVA, "
-            f"{N_TREES} trees; main effects, summing to 1 over the keys); {interval}."
-            + (" Bold: the key that explains most of each figure." if bold else "")
-            + (" – : not assessed." if found["importance"].isna().any() else ""))
+            f"(seed means of {runs} runs) that a swept key explains on its own (Optuna's fANOVA, {N_TREES} trees; "
+            f"main effects, summing to 1 over the keys); a share is never 0, so it cannot say that a key does not "
+            f"matter. Beside it, p: how often {shuffles} shuffles of the key's levels within {within} spread the "
+            f"figure's means as far (a permutation test). Bold: p <= {ALPHA}, the key matters beyond seed noise; a key "
+            f"that does nothing is bold in at most {ALPHA:.0%} of sweeps, per cell." + ped
+            + (" – : not assessed." if found["p"].isna().any() else ""))
 
 
 def export_table(found: pd.DataFrame) -> export.Table:
     """The table as the printed formats take it (orchestration/report/export.py)."""
     headers, rows = display_rows(found)
-    bold = any(c.bold for row in rows for c in row)
-    return export.Table(headers, rows, caption(found, bold), left=1, css="mtbert-importance")
+    return export.Table(headers, rows, caption(found), left=1, css="mtbert-importance")
 
 
 def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
@@ -457,7 +648,9 @@ def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
 
 
 def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """A bar per dimension, one panel per figure, the interval as error bars."""
+    """A bar per dimension, one panel per figure: its share, dark where the key matters (p <=
+    ALPHA), pale where it is not told apart from seed noise; two configurations: their paired
+    difference with its interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -466,22 +659,33 @@ def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> P
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     order = list(dict.fromkeys(found["figure"])) or [""]
-    dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values().index)
+    dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values(na_position="first").index)
+    two = paired(found)
     fig, axes = plt.subplots(1, len(order), figsize=(2.6 * len(order) + 1.6, 0.45 * len(dims) + 1.6),
                              dpi=120, sharey=True, squeeze=False)
     for ax, figure in zip(axes[0], order):
         part = found[found["figure"] == figure].set_index("dimension").reindex(dims)
-        ax.barh(range(len(dims)), part["importance"].fillna(0.0), color="tab:blue", alpha=0.8)
-        # The interval where it lies: a percentile interval need not straddle the estimate.
-        low, high = part["low"].to_numpy(), part["high"].to_numpy()
-        ax.errorbar((low + high) / 2, range(len(dims)), xerr=(high - low) / 2, fmt="none", ecolor="black",
-                    capsize=3)
+        matters = part["matters"].astype(object).fillna(False).astype(bool).to_numpy()
+        colours = ["tab:blue" if m else "lightsteelblue" for m in matters]
+        if two:
+            effect = part["effect"].to_numpy(dtype=float)
+            ax.barh(range(len(dims)), np.nan_to_num(effect), color=colours)
+            low, high = part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float)
+            ax.errorbar(effect, range(len(dims)), xerr=[effect - low, high - effect], fmt="none", ecolor="black",
+                        capsize=3)
+            ax.axvline(0, color="black", lw=0.8)
+        else:
+            ax.barh(range(len(dims)), part["importance"].fillna(0.0), color=colours)
+            for i, p in enumerate(part["p"].to_numpy(dtype=float)):
+                if not math.isnan(p):
+                    ax.text(0.98, i, f"p {p:.3f}", ha="right", va="center", fontsize=7)
+            ax.set_xlim(0, 1)
         ax.set_yticks(range(len(dims)), dims, fontsize=8)
-        ax.set_xlim(0, 1)
         ax.set_title(figure_label(figure), fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_ylabel("swept key")
-    fig.supxlabel("share of the figure's variance (fANOVA)", fontsize=9)
+    axes[0][0].set_ylabel("configurations" if two else "swept key")
+    fig.supxlabel("paired difference (second - first)" if two else
+                  f"share of the figure's variance (fANOVA); dark: p <= {ALPHA}", fontsize=9)
     fig.suptitle(title or "importance of the swept dimensions", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
@@ -490,7 +694,7 @@ def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> P
 
 
 def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
-               resamples: int | None = None, plot: str | Path | None = None,
+               permutations: int | None = None, plot: str | Path | None = None,
                say=None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run) of `mtbert importance`: computed from the
     sweep's finished runs, stored on its parent run (CSV, PNG) and drawn to `plot`."""
@@ -499,12 +703,12 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
     experiment_id, parent = find_sweep(uri, experiment, sweep, say)
     p = _points(uri, experiment_id, parent)
     name = f"sweep {parent.info.run_name} ({parent.info.run_id})"
-    if len(p.values) < MIN_CONFIGURATIONS:
-        raise SweepError(f"{name}: importance needs at least {MIN_CONFIGURATIONS} finished searched "
-                         f"configurations; it has {len(p.values)}")
+    if len(p.values) < 2:
+        raise SweepError(f"{name}: importance needs at least 2 finished searched configurations; it has "
+                         f"{len(p.values)}")
     if not p.dims:
         tags = parent.data.tags
         raise SweepError(f"{name}: no swept key ({', '.join(_space_keys(tags)) or 'none'}) took more than one value")
-    found = compute(p, RESAMPLES if resamples is None else resamples)
+    found = compute(p, PERMUTATIONS if permutations is None else permutations)
     _store(found, parent.info.run_name, lambda file: log_artifact(uri, parent, file), plot)
     return render(found, fmt, parent.info.run_name), found, parent

@@ -828,6 +828,11 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         rows = [f"{name}: {', '.join(labels) if labels else 'none'}" for name, labels in below.items()]
         parts.append(f"{REFERENCE_LABEL}: encoder frozen, linear heads; rows whose mean is below it: "
                      + "; ".join(rows) + ".")
+        trained = int(((finished["role"] != "reference")).sum())
+        beaten = [name for name, labels in below.items() if trained and len(labels) == trained]
+        if beaten:
+            parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "
+                         "fine-tuning lost what the encoder knew (`mtbert best` still names the best trained one).")
     return " ".join(parts)
 
 

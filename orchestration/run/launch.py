@@ -381,7 +381,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     )
     models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
     outcome = _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                   claims=sweep.claims, adaptive=adaptive)
+                   claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke)
     outcome.setup = setup
     return outcome
 
@@ -471,7 +471,8 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     models = (state.get("log_models", "best"), state.get("register_model"))
     claims = from_doc(json.dumps(state["claims"])) if state.get("claims") else []
     return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], state["total_trials"],
-                t_start, log, models, claims=claims, adaptive=state.get("adaptive", False))
+                t_start, log, models, claims=claims, adaptive=state.get("adaptive", False),
+                smoke=bool(state.get("smoke", False)))
 
 
 def _flat_names() -> None:
@@ -499,7 +500,7 @@ def _moved_names() -> None:
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
-         adaptive: bool = False) -> SweepOutcome:
+         adaptive: bool = False, smoke: bool = False) -> SweepOutcome:
     """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
     import signal
@@ -540,7 +541,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         except ValueError:
             pass
         release_reserve(run_dir)
-        _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged)
+        _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged, smoke)
     if tracking.record.full is not None:
         free, need = tracking.record.full
         tracking.release()
@@ -632,7 +633,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
            models: tuple[str, str | None] = ("best", None), experiment: str = "", claims: list | None = None,
-           judged: list[str] | None = None) -> None:
+           judged: list[str] | None = None, smoke: bool = False) -> None:
     """Whatever ended the sweep: every trial still running in the record closed, every run
     synced to its record (the TM-relative scores final: against the mean baseline where a
     seed's own failed), the cross-trial figures on the parent (leaderboard, Pareto plot,
@@ -666,7 +667,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
 
     def judge() -> None:
         if claims and status == "FINISHED" and judged is not None:
-            judged.extend(_judge(tracking, experiment, claims))
+            judged.extend(_judge(tracking, experiment, claims, smoke))
 
     steps = [("read the sweep's runs", read),
              ("the claims' verdicts", judge),  # once synced: a claim may be on a TM-relative score
@@ -695,14 +696,25 @@ def parent_status(status: str, runs: list) -> str:
     return status
 
 
-def _judge(tracking: SweepTracking, experiment: str, claims: list) -> list[str]:
+SMOKE_NOT_JUDGED = "smoke: not judged"
+
+
+def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool = False) -> list[str]:
     """The sweep's claims decided on its own runs, as `mtbert findings` decides them: the table
     (findings.md, verdicts.json) and a tag counting the verdicts on the parent run; a line
-    per claim for the console."""
+    per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
+    seconds: its claims are checked for shape (each side selects configurations that ran, the
+    metric is logged) and never judged, so that no verdict of a smoke run is ever cited."""
     from orchestration.report.findings import evaluate, read_runs, render
+    from orchestration.report.verdicts import NOT_RUN
 
     tracking.flush()  # the trials' last figures are in the store
     table = evaluate(read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id), claims)
+    if smoke:
+        tracking.tag_parent({"verdicts": SMOKE_NOT_JUDGED})
+        return [f"claim {r['claim']}: {SMOKE_NOT_JUDGED} "
+                + ("(not run: no seed that both A and B ran)" if r["verdict"] == NOT_RUN
+                   else f"(A and B ran on {int(r['n'])} paired seed(s))") for _, r in table.iterrows()]
     tracking.log_parent_artifacts({"findings.md": render(table),
                                    "verdicts.json": table.to_json(orient="records", indent=2, force_ascii=False)})
     counts = table["verdict"].value_counts()

@@ -14,6 +14,7 @@ OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr
 # A baseline run's tag (and its planned trial's key, plan.py): the searched variants whose
 # config at that seed is the baseline's own, comma-joined; trained once, as the baseline.
 STANDS_FOR = "stands_for"
+REFERENCE = "reference"  # variant and role of the frozen reference (a sweep's `reference:`), a yardstick
 SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
                "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",

@@ -25,11 +25,10 @@ from ray.tune.search.variant_generator import generate_variants
 
 from mtbert.config import ConfigError
 from orchestration.errors import SweepError
-from orchestration.sweep.labels import STANDS_FOR
+from orchestration.sweep.labels import REFERENCE, STANDS_FOR
 from orchestration.sweep.spec import SMOKE_MAX_POINTS, Sweep
 
 BASELINE = "baseline"
-REFERENCE = "reference"  # variant and role of the frozen reference (a sweep's `reference:`)
 
 
 def trial_key(variant: str, seed: int) -> str:

@@ -290,7 +290,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     dims, notes = _load_dims(spec, base, where, pinned=smoke_config)
     _check_sizes(spec, dims, where)
     if smoke:
-        _fit_tiny_depth(base, dims, spec.baseline or {})
+        _fit_tiny_depth(base, dims, spec.baseline or {}, notes)
     try:
         base_cfg = _validated(absolute_config_paths(copy.deepcopy(base)))
     except ConfigError as exc:
@@ -524,18 +524,42 @@ def _dim_error(exc: ConfigError, dim: Dimension, i: int, overrides: dict[str, An
     return SweepError(f"{at}.{key}: value {overrides[key]!r}: {msg}")
 
 
-def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict) -> None:
-    """--smoke swaps in a tiny encoder; give it enough layers for the swept depths."""
-    depths = [2]
+def _fit_tiny_depth(base: dict, dims: list[Dimension], baseline: dict, notes: list[str]) -> None:
+    """--smoke swaps in a tiny encoder; give it enough layers for the swept depths, and one
+    more where a `freeze.layers: n` would otherwise freeze all of it: n then leaves a layer to
+    train, as it does on the real encoder, and stays apart from -1 (all frozen). Two
+    configurations the real sweep tells apart stay apart; the note names the depth chosen."""
+    depths = {key: [] for key in DEPTH_KEYS}
     for key in DEPTH_KEYS:
-        depths += [v for v in values_of(dims, key) if isinstance(v, int) and not isinstance(v, bool)]
+        depths[key] += [v for v in values_of(dims, key) if isinstance(v, int) and not isinstance(v, bool)]
     for key, value in dotted(baseline).items():
         if key in DEPTH_KEYS and isinstance(value, int):
-            depths.append(value)
-    sharing = (base.get("sharing") or {}).get("encoder_shared_layers")
-    if isinstance(sharing, int):
-        depths.append(sharing)
-    set_dotted(base, "model.tiny.layers", min(max(depths), SMOKE_MAX_TINY_LAYERS))
+            depths[key].append(value)
+    for key in DEPTH_KEYS:
+        value = get_dotted(base, key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            depths[key].append(value)
+    layers = max([2, *depths["sharing.encoder_shared_layers"], *depths["freeze.layers"]])
+    frozen = [n for n in depths["freeze.layers"] if n > 0]
+    if frozen and max(frozen) >= layers:
+        layers += 1
+    layers = min(layers, SMOKE_MAX_TINY_LAYERS)
+    set_dotted(base, "model.tiny.layers", layers)
+    if layers > SMOKE_CONFIG["model.tiny.layers"]:
+        why = [f"{key} up to {max(values)}" for key, values in depths.items() if values and max(values) > 0]
+        notes.append(f"--smoke: a {layers}-layer tiny encoder for {', '.join(why)}"
+                     + (f" (freeze.layers {max(frozen)} leaves a layer to train, as on the real encoder)"
+                        if frozen and max(frozen) < layers else ""))
+
+
+def get_dotted(raw: dict, key: str) -> Any:
+    """A dotted key's value in a nested mapping (None where it is not set)."""
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _check_configs(sweep: Sweep, where: str) -> None:

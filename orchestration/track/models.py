@@ -194,13 +194,19 @@ def _requirements() -> list[str]:
     return out
 
 
-def best_configuration(runs: list) -> list:
+def best_configuration(runs: list, include_reference: bool = False) -> list:
     """The finished runs of the configuration (tag `variant`: one configuration's seeds) with
     the best mean `overall` over its seeds, its best seed first; [] when none finished.
     Judged by the mean, not by one lucky seed; with one seed per configuration that is the
-    best run. Ties go to the configuration with more seeds."""
+    best run. Ties go to the configuration with more seeds. The frozen reference (role
+    `reference`) is a yardstick, not a contender: left out unless `include_reference`, so the
+    summary line, the parent's best_config tag and the registered model never name it."""
+    from orchestration.sweep.labels import REFERENCE
+
     groups: dict[str, list] = {}
     for run in runs:
+        if not include_reference and run.data.tags.get("role") == REFERENCE:
+            continue
         if run.info.status == "FINISHED" and "overall" in run.data.metrics:
             groups.setdefault(run.data.tags.get("variant") or run.info.run_id, []).append(run)
     if not groups:

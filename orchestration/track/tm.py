@@ -16,8 +16,11 @@ tm_time_basis, metric tm_time_s). The baseline is never stopped by ASHA (schedul
 Compute basis. Wall-clock time on a shared machine measures the neighbours as much as the
 configuration, so a second score, tm_relative_score_compute, puts counted work in the time
 factor: the trial's cumulative estimated training FLOPs (train()'s per-epoch train_flops),
-projected to the full budget the same way (metric tm_flops). It is the same on any machine,
-loaded or not. A sweep's `tracking.tm_score` picks the leaderboard's headline (compute by
+projected to the full budget the same way (metric tm_flops), except the part spent once
+before the first epoch (setup_flops: the cached frozen layers' forward, a probe), charged as
+it is. Every trial does some counted work (its heads at least, and the frozen encoder's
+forward), so the score is defined for a head-only configuration too; what is counted is in
+docs/guide.md ("What a trial's compute counts"). It is the same on any machine, loaded or not. A sweep's `tracking.tm_score` picks the leaderboard's headline (compute by
 default: a rerun reproduces it; wall beside it), the one `--sort tm` sorts by and the Pareto
 plot's cost axis.
 
@@ -36,10 +39,12 @@ MEASURED = "measured"
 PROJECTED = "projected_full_budget"
 
 
-def time_basis(train_time_s: float, epochs_run: int, epoch_budget: int) -> tuple[float, str]:
+def time_basis(train_time_s: float, epochs_run: int, epoch_budget: int, once: float = 0.0) -> tuple[float, str]:
+    """The cost charged on the full-budget basis; `once` of it was spent before the first epoch
+    (setup_flops) and is charged as it is, not projected."""
     if epochs_run >= epoch_budget or epochs_run <= 0:
         return train_time_s, MEASURED
-    return train_time_s / epochs_run * epoch_budget, PROJECTED
+    return (train_time_s - once) / epochs_run * epoch_budget + once, PROJECTED
 
 
 def trial_tm(trial: Mapping[str, float], baseline: Mapping[str, float], time_key: str = "tm_time_s") -> float | None:

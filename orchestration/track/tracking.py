@@ -763,7 +763,8 @@ def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
     final = dict(summary) if summary else final_figures(history)
     final["tm_time_s"], basis = time_basis(final.get("train_time_s", math.nan), int(final["epochs_run"]), budget)
     if "train_flops" in final:
-        final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget)[0]
+        final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget,
+                                       final.get("setup_flops", 0.0))[0]
     return final, basis
 
 

@@ -1,5 +1,7 @@
 """Which swept dimensions matter (orchestration/report/importance.py), on sweeps written to a real
-sqlite MLflow store: one key carries the whole effect, one none, one never varied."""
+sqlite MLflow store: one key carries the whole effect, one none, one never varied; two
+configurations get their paired difference. The error rates of "matters" are measured in
+test_importance_simulation.py."""
 from __future__ import annotations
 
 import json
@@ -82,31 +84,49 @@ def computed(store, tmp_path_factory):
     uri, _, _, _, _ = store
     out = tmp_path_factory.mktemp("out") / "imp.md"
     assert main(["importance", "--experiment", "imp", "--tracking-uri", uri, "--output", str(out),
-                 "--resamples", "50"]) == 0
+                 "--permutations", "199"]) == 0
     return out
 
 
-def test_the_key_with_the_effect_ranks_first_with_an_interval_above_zero(store, computed, tmp_path):
+def test_the_key_with_the_effect_matters_and_the_key_without_does_not(store, computed, tmp_path):
     uri, _, client, _, pid = store
     found = pd.read_csv(client.download_artifacts(pid, imp.CSV, str(tmp_path)))
     assert list(found.columns) == imp.COLUMNS
     assert set(found["figure"]) == set(FIGURES)  # compute is the sweep's headline TM score
     assert set(found["dimension"]) == {"sharing.head_regime", "optim.lr"}  # freeze.layers never varied
     # 9 searched configurations, 27 runs: the baseline differs from the space and is left out
-    assert set(found["configurations"]) == {9} and set(found["runs"]) == {27} and set(found["resamples"]) == {50}
+    assert set(found["configurations"]) == {9} and set(found["runs"]) == {27} and set(found["permutations"]) == {199}
+    assert set(found["null"]) == {"seed and other keys"}  # the regimes and rates were crossed
     for figure, part in found.groupby("figure"):
         rows = part.set_index("dimension")
         head, lr = rows.loc["sharing.head_regime"], rows.loc["optim.lr"]
-        assert head["importance"] > 0.9 and head["low"] > 0.5, (figure, part)
-        assert head["low"] <= head["importance"] <= head["high"]
-        assert lr["low"] < 0.05 and lr["high"] < head["low"], (figure, part)
+        assert head["importance"] > 0.9 and head["matters"] and head["p"] <= 0.01, (figure, part)
+        assert head["effect"] == pytest.approx(0.2 if figure != "tm_relative_score_compute" else 0.4, abs=0.02)
+        assert not lr["matters"] and lr["p"] > 0.05, (figure, part)  # "no": the rate's noise is seed noise
+        assert np.isnan(head["low"]) and np.isnan(head["ped_anova"])  # no interval of a share; 9 < 50 for PED-ANOVA
     text = computed.read_text()
     assert text.startswith("| Dimension | SC acc. | PD acc. | STS corr. | Overall | TM-rel. (compute) |")
     head = next(line for line in text.splitlines() if line.startswith("| sharing.head_regime |"))
-    assert head.count("[") == len(FIGURES) and "50 resamples of each configuration's seeds" in text
+    assert head.count("(p ") == len(FIGURES) and head.count("**") == 2 * len(FIGURES)  # bold: it matters
+    lr = next(line for line in text.splitlines() if line.startswith("| optim.lr |"))
+    assert "**" not in lr and "199 shuffles of the key's levels within each seed and each combination" in text
     png = computed.with_suffix(".importance.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {imp.CSV, imp.PNG} <= {a.path for a in client.list_artifacts(pid)}
+
+
+def test_two_configurations_get_their_paired_difference(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("two", artifact_location=(tmp_path / "mlartifacts").as_uri())
+    _sweep(client, exp, [r for r in _rows(SEEDS) if r[0] in ("p000", "p003")])  # S-I-I vs I-S-S, one rate
+    out = tmp_path / "two.md"
+    assert main(["importance", "--experiment", "two", "--tracking-uri", uri, "--output", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("| Configurations | SC acc. | PD acc. | STS corr. | Overall | TM-rel. (compute) |")
+    row = text.splitlines()[2]
+    assert row.startswith("| sharing.head_regime: I-S-S - S-I-I | **+0.1") and row.count("[+0.") == len(FIGURES)
+    assert "paired by seed, in brackets its 95% t-interval" in text
 
 
 def test_leaderboard_shows_the_stored_importance_in_every_format(store, computed, tmp_path, capsys):
@@ -138,7 +158,7 @@ def test_a_new_run_makes_the_stored_importance_stale(tmp_path, capsys, monkeypat
                  str(tmp_path / "imp.md")]) == 0
     text, table, parent = leaderboard(uri, "stale")
     assert "Importance of the swept dimensions" in text
-    assert "one seed per configuration: no seeds to resample, so no interval" in text
+    assert "a permutation test" in text and "(p " in text
     run = client.create_run(exp, tags={"mlflow.parentRunId": pid, "variant": "p001", "role": "search", "seed": "0"})
     client.log_batch(run.info.run_id, metrics=[Metric("overall", 0.5, 0, 0)],
                      params=[Param("sharing.head_regime", "S-I-I"), Param("optim.lr", "0.0003")])
@@ -151,7 +171,7 @@ def test_a_new_run_makes_the_stored_importance_stale(tmp_path, capsys, monkeypat
             f"--experiment stale --tracking-uri {uri}` computes it") in err
 
 
-def test_one_seed_per_configuration_has_no_interval():
+def test_one_seed_per_configuration_is_still_tested_within_the_other_keys():
     rows = [r for r in _rows([0]) if r[1] == "search"]
     runs = pd.DataFrame([{"status": "FINISHED", "tags.variant": v, "tags.role": role, "tags.seed": str(s),
                           **{f"params.{k}": str(x) for k, x in p.items()}, **{f"metrics.{k}": x for k, x in m.items()}}
@@ -160,17 +180,22 @@ def test_one_seed_per_configuration_has_no_interval():
     points = imp.points(runs, tags, "tm_relative_score_compute", SPACE)
     assert [(d.name, d.kind, d.log) for d in points.dims] == [("sharing.head_regime", "categorical", False),
                                                                ("optim.lr", "float", True)]
-    found = imp.compute(points, resamples=50)
-    assert found["low"].isna().all() and found["high"].isna().all() and set(found["resamples"]) == {0}
+    found = imp.compute(points, permutations=199)
+    assert found["low"].isna().all() and set(found["permutations"]) == {199}
     top = found[found["figure"] == "overall"].iloc[0]
-    assert top["dimension"] == "sharing.head_regime" and top["importance"] > 0.9
+    assert top["dimension"] == "sharing.head_regime" and top["importance"] > 0.9 and top["matters"]
+    # The rate is a range: its 3 values cut into bins, shuffled within the seed (the grid's runs of
+    # one regime differ in the rate only, so that is where its levels can move).
+    assert set(found[found["dimension"] == "optim.lr"]["null"]) == {"seed and other keys"}
     table = imp.render(found, "md").split("\n\n")[0]
-    assert "| sharing.head_regime | **1.00** |" in table and "[" not in table  # the key that explains most: bold
-    # Too few configurations for a forest: every figure listed, none assessed.
+    head = next(line for line in table.splitlines() if line.startswith("| sharing.head_regime |"))
+    assert head.count("**") == 2 * len(FIGURES) and head.count("(p 0.0") == len(FIGURES) and "[" not in table
+    # Two configurations of one seed: their difference, no interval.
     few = imp.compute(imp.points(runs[runs["tags.variant"].isin(["p000", "p003"])], tags,
                                  "tm_relative_score_compute", SPACE))
-    assert len(few) == len(FIGURES) and few["importance"].isna().all()
-    assert "| sharing.head_regime | – | – | – | – | – |" in imp.render(few, "md")
+    assert len(few) == len(FIGURES) and few["low"].isna().all() and not few["matters"].any()
+    assert set(few["dimension"]) == {"sharing.head_regime: I-S-S - S-I-I"}
+    assert few.set_index("figure").loc["overall", "effect"] == pytest.approx(0.1, abs=0.05)
 
 
 def test_a_continuous_simplex_is_a_number_per_task():
