@@ -375,7 +375,8 @@ def decide(a: Mapping[Any, float], b: Mapping[Any, float], claim: Claim, alpha: 
     gone_b = {**diverged(b, claim.chance, loss_b), **(diverged_b or {})}
     found = interval(a, b, claim.looks, alpha, method, skip=set(gone_a) | set(gone_b))
     verdict = judge(found, claim)
-    return dataclasses.replace(verdict, diverged_a=gone_a, diverged_b=gone_b, seeds_a=len(a), seeds_b=len(b))
+    return dataclasses.replace(verdict, diverged_a=gone_a, diverged_b=gone_b, seeds_a=len(set(a) | set(gone_a)),
+                               seeds_b=len(set(b) | set(gone_b)))
 
 
 def decide_from_summary(mean: float, half: float, n: int, claim: Claim, alpha: float = ALPHA) -> Verdict:
