@@ -34,7 +34,7 @@ Entry points, from the whole table to the parts:
 
     findings(table, claims)             one row per claim: verdict, interval, diverged runs
     decide(a, b, claim, alpha=...)      one claim from seed -> value mappings of A and B
-    interval(a, b, looks, alpha, ...)   the Interval of A − B from those mappings
+    interval(a, b, looks, alpha, ...)   the Interval of A − B from those mappings (alias paired_interval)
     intervals(a, b, looks, alpha, ...)  the same on arrays, vectorised over leading axes
     outcomes(low, high, relation, δ)    verdict codes for arrays of intervals (OUTCOMES index)
     sign_bounds(first, last, alpha)     the order statistic k of each look
@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
@@ -65,7 +67,8 @@ from orchestration.sweep.claims import Claim, same
 __all__ = [
     "ALPHA", "METHODS", "ERROR_RATES", "OUTCOMES", "DECIDED", "HOLDS", "CONTRADICTED", "NO_DIFFERENCE",
     "INCONCLUSIVE", "NOT_RUN", "CHANCE_SHARE", "Claim", "Interval", "Verdict", "claim", "findings", "decide",
-    "judge", "interval", "intervals", "outcomes", "sign_bounds", "first_decidable", "sequential_level",
+    "judge", "interval", "paired_interval", "intervals", "outcomes", "sign_bounds", "first_decidable",
+    "sequential_level",
     "diverged", "diverged_mask", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
     "decide_from_summary", "per_seed", "describe",
 ]
@@ -214,7 +217,7 @@ def intervals(a: Any, b: Any, looks: tuple[int, int] | None = None, alpha: float
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     d = np.where(np.isfinite(d), d, np.nan)
     ns = np.sum(~np.isnan(d), axis=-1)
-    with np.errstate(invalid="ignore"), _quiet():
+    with _quiet():
         centre = np.nanmedian(d, axis=-1) if method == "median" else np.nanmean(d, axis=-1)
         spread = np.nanstd(d, axis=-1, ddof=1)
     low = np.full(ns.shape, np.nan)
@@ -236,18 +239,12 @@ def intervals(a: Any, b: Any, looks: tuple[int, int] | None = None, alpha: float
     return {"centre": centre, "low": low, "high": high, "n": ns, "spread": spread}
 
 
-class _quiet:
+@contextmanager
+def _quiet():
     """numpy's warnings for all-NaN rows (no pair yet) silenced: those rows are NaN by design."""
-
-    def __enter__(self):
-        import warnings
-
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        self._catch.__exit__(*exc)
+        yield
 
 
 def _pairs(a: Mapping[Any, float], b: Mapping[Any, float], skip: Iterable[Any] = ()) -> list[tuple[Any, float, float]]:
@@ -285,6 +282,9 @@ def interval(a: Mapping[Any, float], b: Mapping[Any, float], looks: tuple[int, i
     found = intervals([p[1] for p in pairs], [p[2] for p in pairs], looks, alpha, method)
     return Interval(*(float(found[k]) for k in ("centre", "low", "high")), n, float(found["spread"]),
                     method, alpha, looks)
+
+
+paired_interval = interval  # the name the verdicts' interval had before it was the median's
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -22,7 +22,8 @@ STUDY_FILES = sorted(str(p) for p in (SWEEPS / "study").glob("*.yaml"))
 CLAIMS = [c for path in STUDY_FILES for c in read_claims(path)]  # the study's claims, as its files declare them
 
 SEEDS = list(range(10))  # enough for the median's interval of a family of 8 claims (9 seeds)
-SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07, 0.05, -0.02, 0.06, -0.04, 0.01]  # seed-to-seed spread, shared by every configuration
+# seed-to-seed spread, shared by every configuration
+SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07, 0.05, -0.02, 0.06, -0.04, 0.01]
 
 
 def _sweep(client: MlflowClient, experiment: str, configs: dict[str, tuple[str, dict, list[dict]]]) -> None:

@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from orchestration.report.verdicts import (ALPHA, CONTRADICTED, HOLDS, INCONCLUSIVE, NO_DIFFERENCE, NOT_RUN, OUTCOMES,
+from orchestration.report.verdicts import (ALPHA, CONTRADICTED, HOLDS, NO_DIFFERENCE, NOT_RUN, OUTCOMES,
                                     claim, claim_alphas, diverged_mask, findings, intervals, is_open, outcomes)
 
 DELTA = 1.0  # δ; the per-seed differences' spread is σ = δ unless said
