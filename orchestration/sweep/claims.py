@@ -304,9 +304,7 @@ def read_claims(path: str | Path) -> list[Claim]:
     tracking = raw.get("tracking") if isinstance(raw.get("tracking"), dict) else {}
     experiment = tracking.get("experiment") or raw.get("name") or Path(path).stem
     claims = parse_claims(raw.get("claims"), str(path), str(experiment))
-    from orchestration.sweep.spec import parse_seeds
-
-    from orchestration.sweep.spec import parse_verdicts
+    from orchestration.sweep.spec import parse_seeds, parse_verdicts
 
     _, adaptive = parse_seeds(raw.get("seeds"), str(path), base_seed=0)
     return with_verdicts(with_looks(claims, adaptive), parse_verdicts(raw.get("verdicts"), str(path)))
