@@ -279,9 +279,24 @@ def interval(a: Mapping[Any, float], b: Mapping[Any, float], looks: tuple[int, i
     if n >= 2 and _constant([p[1] for p in pairs]) and _constant([p[2] for p in pairs]):
         d = pairs[0][1] - pairs[0][2]
         return Interval(d, d, d, n, 0.0, method, alpha, looks, exact=True)
-    found = intervals([p[1] for p in pairs], [p[2] for p in pairs], looks, alpha, method)
-    return Interval(*(float(found[k]) for k in ("centre", "low", "high")), n, float(found["spread"]),
-                    method, alpha, looks)
+    # One row: `intervals`' rule without its NaN handling (the pairs are finite), a decide per
+    # look of a simulated sweep being the common call.
+    d = np.sort(np.array([p[1] - p[2] for p in pairs]))
+    spread = float(np.std(d, ddof=1)) if n >= 2 else math.nan
+    low = high = math.nan
+    if method == "median":
+        centre = float(np.median(d))
+        k = _k(looks, n, alpha)
+        if k:
+            low, high = float(d[k - 1]), float(d[n - k])
+    elif method == "mean":
+        centre = float(np.mean(d))
+        if n >= 2:
+            half = _t_half(looks, n, alpha) * spread / math.sqrt(n)
+            low, high = centre - half, centre + half
+    else:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
+    return Interval(centre, low, high, n, spread, method, alpha, looks)
 
 
 paired_interval = interval  # the name the verdicts' interval had before it was the median's
@@ -497,16 +512,32 @@ def seeds_needed(found: Interval, min_effect: float, relation: str, power: float
     """The fewest paired seeds n (more than found.n) at which a fixed design at the interval's
     alpha and method decides the claim with probability `power`, were the differences normal
     with the observed centre and spread; None when no n up to `most` does."""
+    # Blocks of n, nearest first: an adaptive sweep asks after every seed, and nearly every
+    # answer lies in the first block.
+    start = max(found.n + 1, 2)
+    for begin in range(start, most + 1, _BLOCK):
+        hit = _needed_in(found, min_effect, relation, power, np.arange(begin, min(begin + _BLOCK, most + 1)), most)
+        if hit != 0:
+            return hit
+    return None
+
+
+_BLOCK = 24
+
+
+def _needed_in(found: Interval, min_effect: float, relation: str, power: float, ns: np.ndarray,
+               most: int) -> int | None:
+    """seeds_needed over the block `ns`: the first n that decides, None when none ever will
+    (no spread to go on), 0 when none in this block does."""
     from scipy.special import bdtr, ndtr
 
     mean, spread = found.centre, found.spread
     alpha = found.alpha
-    ns = np.arange(max(found.n + 1, 2), most + 1)
     if spread == 0 and math.isfinite(mean):  # no spread seen: the first n with an interval decides
         if found.method == "mean":
-            return int(ns[0]) if len(ns) else None
+            return int(ns[0])
         hit = np.flatnonzero(_fixed_ks(alpha, most)[ns - 1] > 0)
-        return int(ns[hit[0]]) if hit.size else None
+        return int(ns[hit[0]]) if hit.size else 0
     if not (spread > 0 and math.isfinite(spread) and math.isfinite(mean)):
         return None
     delta = min_effect
@@ -535,7 +566,7 @@ def seeds_needed(found: Interval, min_effect: float, relation: str, power: float
                 p = below0 + above0 + low_in * high_in - below0 * high_in - above0 * low_in
         p = np.where(k >= 0, np.minimum(p, 1.0), 0.0)
     hit = np.flatnonzero(p >= power)
-    return int(ns[hit[0]]) if hit.size else None
+    return int(ns[hit[0]]) if hit.size else 0
 
 
 @lru_cache(maxsize=16)
