@@ -189,7 +189,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     _check_outputs((args.output, "--output"))
     claims = [c for path in args.files for c in read_claims(path)] if args.files else None
     uri = reading_store(args.tracking_uri)
-    text, table = findings(uri, args.experiment or None, args.format, claims)
+    text, table = findings(uri, args.experiment or None, args.format, claims, args.error_rate)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
@@ -301,6 +301,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     found.add_argument("--experiment", action="append", default=[],
                        help="MLflow experiment to read (repeatable; default: every experiment in the store)")
     found.add_argument("--format", default="md", choices=["md", "csv"])
+    found.add_argument("--error-rate", choices=["family", "claim"], default=None,
+                       help="family: the chance that any verdict of the table is wrong stays within 5%% (each of "
+                       "its m claims at 5%%/m); claim: each verdict on its own at 5%% (default: the sweep files' "
+                       "`verdicts.error_rate`, family unless they say otherwise)")
     found.add_argument("--output", help="write the table here instead of stdout")
     found.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     found.set_defaults(func=cmd_findings)

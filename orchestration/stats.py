@@ -13,13 +13,13 @@ intervals would overlap.
 A sweep that adds seeds until a claim is decided looks at its interval after every seed, and
 a 95% interval looked at ten times misses the truth at some look far more often than 5%
 (18% over 3..12 seeds). Such a design declares its looks, (first, last) paired seeds,
-and its intervals use the wider per-look level of `sequential_level`, which keeps 95% at
-every look at once.
+and a t-interval uses the wider per-look level of `sequential_level`, which keeps 95% at
+every look at once for normal differences. The verdicts (orchestration/report/verdicts.py) use it
+for their `mean` method; their default interval, the median's, has an exact boundary of its own.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping
 
@@ -84,31 +84,6 @@ def sequential_level(first: int, last: int, level: float = LEVEL) -> float:
     return high
 
 
-@dataclass(frozen=True)
-class Interval:
-    """mean ± half over n values; half is NaN when n < 2, mean too when n = 0. `level` is the
-    per-look level the half-width was taken at (LEVEL for a fixed design)."""
-    mean: float
-    half: float
-    n: int
-    level: float = LEVEL
-
-    @property
-    def low(self) -> float:
-        return self.mean - self.half
-
-    @property
-    def high(self) -> float:
-        return self.mean + self.half
-
-    @property
-    def spread(self) -> float:
-        """The sample standard deviation the half-width came from (NaN when n < 2)."""
-        if self.n < 2:
-            return math.nan
-        return self.half * math.sqrt(self.n) / t_quantile(self.n - 1, self.level)
-
-
 def mean_ci(values: Iterable[float], level: float = LEVEL) -> tuple[float, float, int]:
     """(mean, CI half-width, n) of the finite values; half-width NaN when n < 2."""
     xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
@@ -122,32 +97,15 @@ def mean_ci(values: Iterable[float], level: float = LEVEL) -> tuple[float, float
     return mean, t_quantile(n - 1, level) * sd / math.sqrt(n), n
 
 
-def paired_interval(a: Mapping[object, float], b: Mapping[object, float],
-                    looks: tuple[int, int] | None = None, level: float = LEVEL) -> Interval:
-    """The interval of a[s] − b[s] over the seeds present, finite, in both. looks None: a fixed
-    design, the plain t-interval at `level`. looks (first, last): the seeds were added one at a
-    time and may have stopped at any n in first..last, so the interval is taken at
-    sequential_level; n outside the declared looks widens them to include n."""
+def paired_delta(a: Mapping[object, float], b: Mapping[object, float],
+                 level: float = LEVEL) -> tuple[float, float, int]:
+    """(mean of a[s] − b[s], CI half-width, n paired seeds): the fixed-design t-interval of the
+    differences over the seeds present, finite, in both. The verdicts' own intervals (the
+    median's, free of assumptions; sequential and family-wise) are orchestration/report/verdicts.py's."""
     diffs = []
     for seed, va in a.items():
         vb = b.get(seed)
         if va is None or vb is None or math.isnan(float(va)) or math.isnan(float(vb)):
             continue
         diffs.append(float(va) - float(vb))
-    per_look = look_level(looks, len(diffs), level)
-    return Interval(*mean_ci(diffs, per_look), per_look)
-
-
-def look_level(looks: tuple[int, int] | None, n: int, level: float = LEVEL) -> float:
-    """The per-look level of an interval over n values gathered under `looks` (None: fixed)."""
-    if looks is None or n < 2:
-        return level
-    first, last = looks
-    return sequential_level(max(2, min(first, n)), max(last, n), level)
-
-
-def paired_delta(a: Mapping[object, float], b: Mapping[object, float],
-                 level: float = LEVEL) -> tuple[float, float, int]:
-    """(mean of a[s] − b[s], CI half-width, n paired seeds): paired_interval of a fixed design."""
-    found = paired_interval(a, b, level=level)
-    return found.mean, found.half, found.n
+    return mean_ci(diffs, level)

@@ -66,7 +66,9 @@ def main(path: str, sweep_files: list[str]) -> None:
     order = list(printed)
     # The printed intervals are fixed-design ones (`(n=N)`, no looks): read them as such even
     # where the sweep files have since declared adaptive seeds.
-    claims = sorted((dataclasses.replace(c, looks=None) for f in sweep_files for c in read_claims(f)),
+    # Each a t-interval of the mean at 95% on its own (per claim), as they were printed.
+    claims = sorted((dataclasses.replace(c, looks=None, error_rate="claim", interval="mean")
+                     for f in sweep_files for c in read_claims(f)),
                     key=lambda c: order.index(c.name) if c.name in order else len(order))
     rows = []
     for claim in claims:

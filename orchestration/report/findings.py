@@ -4,11 +4,13 @@
     mtbert findings --tracking-uri sqlite:///$PWD/runs/study/mlflow.db [--experiment NAME ...]
 
 Each claim compares two configurations, A and B, on one metric: the effect is A − B paired by
-seed (orchestration/stats.py: mean of per-seed differences ± its 95% t-interval, n seeds both
-ran, widened over the looks of a sequential design), and orchestration/report/verdicts.py reads that
-interval against the smallest difference that matters: holds, contradicted, no difference
+seed, and orchestration/report/verdicts.py (the library this module feeds the store's runs to) takes
+its interval (the median's by default, over the seeds both ran and neither diverged, widened
+over the looks of a sequential design and shared out over the table's family of claims) and
+reads it against the smallest difference that matters: holds, contradicted, no difference
 that matters, inconclusive (with the seeds that would decide it), or not run (no finished
-run of A or B at a shared seed).
+run of A or B at a shared seed). A run is diverged when a trial tagged it so or when the
+library's rule says so; a metric MLflow has no value for is a missing run, not a diverged one.
 
 Claims are data: the `claims:` of the sweep files (orchestration/sweep/claims.py), read from the
 files named on the command line, else from the claims.json that the latest sweep of each
@@ -19,6 +21,7 @@ within one sweep is an error naming them (the selector is too loose).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -27,7 +30,8 @@ import pandas as pd
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 from orchestration.report.leaderboard import _col
-from orchestration.report.verdicts import INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, decide
+from orchestration.report.verdicts import (INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, claim_alphas, decide,
+                                    rate_caption, row)
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
 from orchestration.sweep.labels import parse_param
 
@@ -151,51 +155,86 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
 
 # --------------------------------------------------------------------------- verdicts
 
-def claim_row(claim: Claim, verdict: Verdict, a_n: int, b_n: int) -> dict[str, Any]:
-    """One row of the findings table: the claim, its interval and its verdict."""
-    iv = verdict.interval
-    return {"claim": claim.name, "source": claim.source, "metric": claim.metric, "relation": claim.relation,
-            "min_effect": claim.min_effect, "a_n": a_n, "b_n": b_n, "n": iv.n, "delta": iv.mean,
-            "half": iv.half, "low": iv.low, "high": iv.high, "verdict": verdict.outcome,
-            "detail": verdict.detail, "paper_effect": claim.paper_effect, "paper_inside": verdict.paper_inside,
-            "seeds_needed": verdict.seeds_needed,
-            "looks": f"{claim.looks[0]}..{claim.looks[1]}" if claim.looks else None, "paper": claim.paper}
+def claim_row(claim: Claim, verdict: Verdict, a_n: int | None = None, b_n: int | None = None) -> dict[str, Any]:
+    """One row of the findings table: the claim, its interval and its verdict (verdicts.row)."""
+    found = row(claim, verdict)
+    if a_n is not None:
+        found.update(a_n=a_n, b_n=b_n)
+    return found
 
 
 def table_of(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"seeds_needed": "Int64"})
 
 
-def evaluate(runs: pd.DataFrame, claims: list[Claim]) -> pd.DataFrame:
+def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any]) -> dict[str, str]:
+    """seed -> why, of the runs a selector picks that tracking tagged diverged."""
+    if runs.empty or "tags.diverged" not in runs:
+        return {}
+    hit = runs[_match(runs, selector) & (_col(runs, "tags.diverged").fillna("") != "")]
+    return {str(r["tags.seed"]): str(r["tags.diverged"]) for _, r in hit.iterrows()}
+
+
+def evaluate(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = None) -> pd.DataFrame:
+    """The claims' verdicts on the runs, the family's error shared out among them
+    (verdicts.claim_alphas; error_rate None: each claim's own setting)."""
+    if error_rate is not None:
+        claims = [dataclasses.replace(c, error_rate=error_rate) for c in claims]
     rows = []
-    for claim in claims:
+    for claim, alpha in zip(claims, claim_alphas(claims)):
         a = per_seed(runs, claim.a, claim.metric, "A")
         b = per_seed(runs, claim.b, claim.metric, "B")
-        rows.append(claim_row(claim, decide(a, b, claim), len(a), len(b)))
+        verdict = decide(a, b, claim, alpha, diverged_a=_diverged_tags(runs, claim.a),
+                         diverged_b=_diverged_tags(runs, claim.b))
+        rows.append(claim_row(claim, verdict))
     return table_of(rows)
 
 
 # --------------------------------------------------------------------------- rendering
 
-CAPTION = ("Effect = A − B, paired by seed: the mean of the per-seed differences ± the half-width of its "
-           "95% t-interval (n = seeds both ran; \"sequential f..l\": seeds were added one at a time, looking "
-           "after each from f to l, and the interval holds at every look at once). δ: the smallest "
-           "difference that matters. holds: the interval lies wholly on the claimed side of 0 (≈: wholly "
-           "inside ±δ); contradicted: wholly on the other side (≈: wholly beyond +δ or −δ); no difference "
-           "that matters (> and <): wholly inside ±δ, on either side of 0; inconclusive: it holds a "
-           "difference that matters and one that does not; not run: no seed both ran. A verdict is wrong "
-           "with probability at most 5%, 2.5% each way. Paper's effect: the paper's A − B, inside or "
-           "outside the interval. Seeds needed: the paired seeds at which a fixed design would decide the "
-           "claim with 80% power, were the observed mean and spread the truth.")
+MEDIAN_CAPTION = ("Effect = A − B paired by seed: the median of the per-seed differences and its interval "
+                  "[L, H], two order statistics of the differences whose coverage of the true median holds "
+                  "whatever the noise's shape (skewed, heavy-tailed, one side noisier), seeds independent")
+MEAN_CAPTION = ("Effect = A − B paired by seed: the mean of the per-seed differences ± the half-width of its "
+                "t-interval [L, H], right when the differences are near-normal")
+RULES_CAPTION = ("n = seeds both ran and neither diverged (\"sequential f..l\": seeds were added one at a time, "
+                 "looking after each from f to l, and the interval holds at every look at once). δ: the smallest "
+                 "difference that matters. holds: the interval lies wholly on the claimed side of 0 (≈: wholly "
+                 "inside ±δ); contradicted: wholly on the other side (≈: wholly beyond +δ or −δ); no "
+                 "difference that matters (> and <): wholly inside ±δ, on either side of 0; inconclusive: it holds a "
+                 "difference that matters and one that does not, or too few seeds for an interval; not run: no "
+                 "seed both ran. Diverged: runs that failed to train (a value or loss not finite, or at the "
+                 "claim's chance level while the configuration's other seeds are not), left out of the pairs. "
+                 "Paper's effect: the paper's A − B, inside or outside the interval. Seeds needed: the paired "
+                 "seeds at which a fixed design would decide the claim with 80% power, were the differences "
+                 "normal with the observed centre and spread.")
+
+
+def caption(table: pd.DataFrame) -> str:
+    """What the table's intervals are and which error rate it keeps."""
+    methods = set(table["method"]) if len(table) else {"median"}
+    what = "; ".join(c for m, c in (("median", MEDIAN_CAPTION), ("mean", MEAN_CAPTION)) if m in methods)
+    rate = rate_caption(list(table["error_rate"]) if len(table) else [])
+    if "mean" in methods and rate:
+        rate += " A mean's t-interval keeps it only where the per-seed differences are near-normal."
+    return f"{what}; {RULES_CAPTION} {rate}".strip()
 
 
 def _effect(r: pd.Series) -> str:
     if r["n"] == 0:
         return "–"
-    text = f"{r['delta']:+.3f}"
-    if not math.isnan(r["half"]):
-        text += f" ± {r['half']:.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
+    median = r.get("method", "median") == "median"
+    text = ("median " if median else "") + f"{r['delta']:+.3f}"
+    if not math.isnan(r["low"]):
+        text += (f" [{r['low']:+.3f}, {r['high']:+.3f}]" if median
+                 else f" ± {r['half']:.3f} [{r['low']:+.3f}, {r['high']:+.3f}]")
     return text + f" (n={int(r['n'])}" + (f", sequential {r['looks']}" if r["looks"] else "") + ")"
+
+
+def _diverged(r: pd.Series) -> str:
+    parts = [f"{side} {int(r[f'{side.lower()}_diverged'])} of {int(r[f'{side.lower()}_n'])}"
+             for side in ("A", "B") if r.get(f"{side.lower()}_diverged", 0)]
+    return ", ".join(parts) if parts else "–"
 
 
 def _paper(r: pd.Series) -> str:
@@ -218,24 +257,25 @@ def render(table: pd.DataFrame, fmt: str = "md") -> str:
         return table.to_csv(index=False)
     if fmt != "md":
         raise SweepError(f"--format {fmt}: expected md or csv")
-    head = ["Claim", "Source", "Metric", "Claimed", "Effect A − B (95% CI)", "Verdict", "Paper's effect",
-            "Seeds needed"]
-    align = ["---"] * 3 + [":-:", "---:", "---", "---", "---:"]
+    head = ["Claim", "Source", "Metric", "Claimed", "Effect A − B (interval)", "Verdict", "Diverged",
+            "Paper's effect", "Seeds needed"]
+    align = ["---"] * 3 + [":-:", "---:", "---", "---", "---", "---:"]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" + (f": {r['detail']}" if r["verdict"] != NOT_RUN and r["n"] >= 2 else "")
         cells = [r["claim"], r["source"], r["metric"], f"A {r['relation']} B (δ {r['min_effect']:g})", _effect(r),
-                 verdict, _paper(r), _seeds(r)]
+                 verdict, _diverged(r), _paper(r), _seeds(r)]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines + ["", CAPTION]) + "\n"
+    return "\n".join(lines + ["", caption(table)]) + "\n"
 
 
 def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
-             claims: list[Claim] | None = None) -> tuple[str, pd.DataFrame]:
-    """The table of `claims` (None: those the store's sweeps logged) over the store's runs."""
+             claims: list[Claim] | None = None, error_rate: str | None = None) -> tuple[str, pd.DataFrame]:
+    """The table of `claims` (None: those the store's sweeps logged) over the store's runs;
+    error_rate (family, claim) overrides the claims' own."""
     if claims is None:
         claims = logged_claims(uri, experiments)
     else:
         _check_claimed_experiments(uri, claims)
-    table = evaluate(read_runs(uri, experiments), claims)
+    table = evaluate(read_runs(uri, experiments), claims, error_rate)
     return render(table, fmt), table

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shlex
 import socket
@@ -721,12 +722,15 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     tracking.tag_parent({"verdicts": ", ".join(f"{n} {v}" for v, n in counts.items())})
     lines = []
     for _, r in table.iterrows():
-        if r["n"] >= 2:
+        if r["n"] >= 2 and not math.isnan(r["low"]):
             interval = f"A − B {r['delta']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]"
         else:
             interval = "A − B " + (f"{r['delta']:+.4f} (no interval)" if r["n"] else "–")
+        diverged = [f"{side} {int(r[f'{side.lower()}_diverged'])} of {int(r[f'{side.lower()}_n'])} diverged"
+                    for side in ("A", "B") if r.get(f"{side.lower()}_diverged", 0)]
         lines.append(f"claim {r['claim']}: {r['verdict']}, {interval}, n={int(r['n'])}"
-                     + (f" (sequential {r['looks']})" if r.get("looks") else ""))
+                     + (f" (sequential {r['looks']})" if r.get("looks") else "")
+                     + (f"; {', '.join(diverged)}" if diverged else ""))
     return lines
 
 

@@ -137,43 +137,45 @@ class SeedRounds:
         return figures.get(metric)
 
     def per_seed(self, variant: str, metric: str) -> dict[int, float]:
+        """seed -> figure of the variant's finished trials; a NaN stays (a run that did not train:
+        the verdict counts it diverged), a figure that cannot be had (a TM score without its
+        seed's baseline) does not."""
         out = {}
         for seed in range(self.seeds[variant]):
             value = self.value(variant, seed, metric)
-            if value is not None and not math.isnan(value):
+            if value is not None:
                 out[seed] = value
         return out
 
     def verdicts(self) -> dict[str, Any]:
-        from orchestration.report.verdicts import decide
+        """Each claim decided on the trials so far, with its share of the sweep's error rate."""
+        from orchestration.report.verdicts import claim_alphas, decide
 
         return {c.name: decide(self.per_seed(self.sides[c.name][0], c.metric),
-                               self.per_seed(self.sides[c.name][1], c.metric), c) for c in self.claims}
+                               self.per_seed(self.sides[c.name][1], c.metric), c, alpha)
+                for c, alpha in zip(self.claims, claim_alphas(self.claims))}
 
     def _next_round(self, planner: Planner) -> None:
+        from orchestration.report.verdicts import OUTCOMES, is_open, next_targets
+
         self._clock()
         verdicts = self.verdicts()
-        open_claims = [c for c in self.claims if not verdicts[c.name].decided
-                       and min(self.seeds[v] for v in self.sides[c.name]) < self.design.max]
+        open_claims = [c for c in self.claims
+                       if is_open(OUTCOMES.index(verdicts[c.name].outcome),
+                                  min(self.seeds[v] for v in self.sides[c.name]), self.design.max)]
         budget = self.design.budget
         targets: dict[str, int] = {}
         cut = None
         if budget.hours is not None and self.spent_s >= budget.hours * 3600:
             cut = "budget.hours spent"
         else:
-            for claim in open_claims:
-                variants = list(self.sides[claim.name])
-                if claim.metric in TM_METRICS and BASELINE in self.configs:
-                    variants.append(BASELINE)
-                want = min(self.seeds[v] for v in self.sides[claim.name]) + 1
-                wanted = dict(targets)
-                for v in variants:
-                    wanted[v] = max(wanted.get(v, self.seeds[v]), want)
-                added = sum(n - self.seeds[v] for v, n in wanted.items())
-                if budget.trials is not None and self.handed + added > budget.trials:
-                    cut = "budget.trials spent"
-                    break
-                targets = wanted
+            # A claim on a TM-relative score also takes the baseline: its score is taken against
+            # the same seed's baseline.
+            sides = [list(self.sides[c.name]) + ([BASELINE] if c.metric in TM_METRICS and BASELINE in self.configs
+                                                 else []) for c in open_claims]
+            room = None if budget.trials is None else budget.trials - self.handed
+            targets, cut_short = next_targets(sides, self.seeds, room)
+            cut = "budget.trials spent" if cut_short else None
         self.rounds.append({"round": self.round, "trials": self.handed,
                             "verdicts": {c.name: verdicts[c.name].outcome for c in self.claims},
                             "open": [c.name for c in open_claims], "next": {}})

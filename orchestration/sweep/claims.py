@@ -43,16 +43,25 @@ class Claim:
     source: str = ""  # where the claim comes from (paper, table)
     paper_effect: float | None = None  # the paper's own A − B on this metric, when it reports one
     paper: str = field(default="", compare=False)  # the paper's numbers, in words
+    # The figure's chance level: a run at it while its configuration's other seeds are not
+    # diverged (orchestration/report/verdicts.py: diverged); None = only non-finite values diverge.
+    chance: float | None = None
     # The sequential design the seeds were gathered under: (first, last) number of paired seeds
     # at which the sweep may look and stop; None = a fixed design (one look, at the end).
     looks: tuple[int, int] | None = None
+    # The sweep's `verdicts:` (spec.parse_verdicts): the error rate its table keeps (family: all
+    # its claims together; claim: each alone) and the interval (median: free of assumptions on
+    # the noise; mean: the t-interval, for near-normal differences).
+    error_rate: str = "family"
+    interval: str = "median"
 
     @property
     def experiment(self) -> str | None:
         return self.a.get("experiment")
 
 
-FIELDS = {f.name for f in dataclasses.fields(Claim)} - {"looks"}  # looks: the sweep's seeds set it
+# looks: the sweep's seeds set it; error_rate and interval: its `verdicts:`.
+FIELDS = {f.name for f in dataclasses.fields(Claim)} - {"looks", "error_rate", "interval"}
 REQUIRED = ("name", "metric", "a", "b", "relation")
 
 
@@ -210,11 +219,14 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
         paper_effect = item.get("paper_effect")
         if paper_effect is not None:
             paper_effect = _number(paper_effect, f"{at}.paper_effect")
+        chance = item.get("chance")
+        if chance is not None:
+            chance = _number(chance, f"{at}.chance")
         claims.append(Claim(name=name, metric=item["metric"],
                             a=_selector(item["a"], f"{at}.a", experiment),
                             b=_selector(item["b"], f"{at}.b", experiment),
                             relation=relation, min_effect=min_effect, source=item.get("source", ""),
-                            paper_effect=paper_effect, paper=item.get("paper", "")))
+                            paper_effect=paper_effect, paper=item.get("paper", ""), chance=chance))
     return claims
 
 
@@ -286,7 +298,9 @@ def from_doc(text: str) -> list[Claim]:
         if looks and not looks[-1] <= MAX_SEEDS:  # a store written before the bound: judging it would not end
             raise SweepError(f"{CLAIMS_FILE}: claim {item.get('name')!r}: looks up to {looks[-1]} seeds, over "
                              f"the bound of {MAX_SEEDS}")
-        out.append(Claim(**{k: v for k, v in item.items() if k in FIELDS}, looks=tuple(looks) if looks else None))
+        # A sweep logged before `verdicts:` existed is judged by today's defaults.
+        out.append(Claim(**{k: v for k, v in item.items() if k in FIELDS}, looks=tuple(looks) if looks else None,
+                         **{k: item[k] for k in ("error_rate", "interval") if k in item}))
     return out
 
 
@@ -302,10 +316,15 @@ def read_claims(path: str | Path) -> list[Claim]:
     tracking = raw.get("tracking") if isinstance(raw.get("tracking"), dict) else {}
     experiment = tracking.get("experiment") or raw.get("name") or Path(path).stem
     claims = parse_claims(raw.get("claims"), str(path), str(experiment))
-    from orchestration.sweep.spec import parse_seeds
+    from orchestration.sweep.spec import parse_seeds, parse_verdicts
 
     _, adaptive = parse_seeds(raw.get("seeds"), str(path), base_seed=0)
-    return with_looks(claims, adaptive)
+    return with_verdicts(with_looks(claims, adaptive), parse_verdicts(raw.get("verdicts"), str(path)))
+
+
+def with_verdicts(claims: list[Claim], verdicts) -> list[Claim]:
+    """Every claim judged as the sweep's `verdicts:` say (error rate, interval)."""
+    return [dataclasses.replace(c, error_rate=verdicts.error_rate, interval=verdicts.interval) for c in claims]
 
 
 def with_looks(claims: list[Claim], adaptive) -> list[Claim]:

@@ -68,6 +68,18 @@ class TrackingSpec:
 
 
 @dataclass
+class VerdictsSpec:
+    """`verdicts:` how the sweep's claims are judged (orchestration/report/verdicts.py, docs/verdicts.md)."""
+    # family: the chance that any verdict of the sweep's table is wrong stays within 5% (each of
+    # its m claims at 5%/m); claim: each verdict on its own at 5%.
+    error_rate: Literal["family", "claim"] = "family"
+    # median: the interval of the per-seed differences' median, free of assumptions on the
+    # noise (6 paired seeds or more); mean: the t-interval of their mean, right for near-normal
+    # differences only.
+    interval: Literal["median", "mean"] = "median"
+
+
+@dataclass
 class SeedBudget:
     trials: int | None = None  # at most this many trials in the whole sweep
     hours: float | None = None  # no new round after this much of the driver's wall time
@@ -104,6 +116,7 @@ class SweepFile:
     reference: bool | dict[str, Any] = False
     seeds: Any = None  # a list (null = [base train.seed]) or adaptive {start, max, budget}: parse_seeds
     claims: Any = None  # a list of claims: orchestration/sweep/claims.py
+    verdicts: VerdictsSpec = field(default_factory=VerdictsSpec)  # how the claims are judged
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     smoke: dict[str, Any] | None = None
 
@@ -642,11 +655,20 @@ def parse_seeds(raw: Any, where: str, base_seed: int) -> tuple[list[int], Adapti
     return (seeds or [base_seed]), None
 
 
+def parse_verdicts(raw: Any, where: str) -> VerdictsSpec:
+    """`verdicts:` of a sweep file read on its own (mtbert findings FILE): checked as at load."""
+    try:
+        return coerce(VerdictsSpec, raw or {}, "verdicts")
+    except ConfigError as exc:
+        raise SweepError(f"{where}: {exc}") from None
+
+
 def _check_claims(sweep: Sweep, where: str, tasks: list[str], pinned: dict[str, Any]) -> None:
     """Every claim against the sweep's configurations, then with the design's looks. A --smoke
     run is checked against the plan it would have without --smoke (a typo is a typo there
     too), then runs only the claims whose two configurations its shrunk plan kept."""
-    from orchestration.sweep.claims import check_claims, configurations, parse_claims, pick, with_looks
+    from orchestration.sweep.claims import (check_claims, configurations, parse_claims, pick, with_looks,
+                                            with_verdicts)
     from orchestration.sweep.plan import Planner
 
     claims = parse_claims(sweep.spec.claims, where, sweep.experiment)
@@ -682,7 +704,7 @@ def _check_claims(sweep: Sweep, where: str, tasks: list[str], pinned: dict[str, 
         claims = [c for c in claims if c not in dropped]
         if sweep.adaptive is not None and not claims:
             sweep.adaptive = None  # nothing left to decide: the smoke run is its first round
-    sweep.claims = with_looks(claims, sweep.adaptive)
+    sweep.claims = with_verdicts(with_looks(claims, sweep.adaptive), sweep.spec.verdicts)
 
 
 def _check_scheduler(sweep: Sweep, where: str, full_budget: int | None = None) -> None:

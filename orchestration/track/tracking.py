@@ -23,7 +23,7 @@ Names on a child run:
   tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
            resumes), trial_id, variant, role, seed, node, node_ip, device, precision (what the
            trial trained on and in), git_commit, stopped_early,
-           interrupted, tm_time_basis, tm_baseline, error
+           interrupted, tm_time_basis, tm_baseline, error, diverged (why, when it did)
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
 
@@ -265,6 +265,9 @@ class SweepRecord:
                 scores = self._tm(t, metrics)
                 tags.update(scores.pop("tags", {}))
                 metrics.update(scores)
+                why = diverged_reason(metrics, t["epochs"])
+                if why:
+                    tags["diverged"] = why
             result = json.dumps({"metrics": metrics, "epochs": [{"epoch": e, **t["epochs"][e]} for e in sorted(t["epochs"])],
                                  "config": config, "trial_key": key, "status": t["status"]}, indent=2, default=str)
         return tags, metrics, result
@@ -766,6 +769,18 @@ def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
         final["tm_flops"] = time_basis(final["train_flops"], int(final["epochs_run"]), budget,
                                        final.get("setup_flops", 0.0))[0]
     return final, basis
+
+
+def diverged_reason(final: dict[str, float], history: dict[int, dict[str, float]]) -> str | None:
+    """Why a finished trial failed to train, or None: its `overall` or its last epoch's training
+    loss of a task is not a finite number (the run's `diverged` tag; the verdicts leave such a
+    run out of a claim's pairs and count it, orchestration/report/verdicts.py: diverged)."""
+    last = history[max(history)] if history else {}
+    figures = {"overall": final.get("overall"), **{k: v for k, v in last.items() if k.startswith("loss_")}}
+    for name, value in figures.items():
+        if _is_number(value) and not math.isfinite(float(value)):
+            return f"{name} is {value}"
+    return None
 
 
 def tm_scores(trial: dict[str, float], reference: dict[str, float], ref_name: str) -> dict[str, Any]:

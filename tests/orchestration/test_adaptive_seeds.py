@@ -36,11 +36,13 @@ PLANTED = dict(space={"sharing.head_regime": ["S-I-I", "I-S-S"]}, baseline={"sha
 
 
 def planted(config: dict) -> float:
-    """overall by configuration and seed: S-I-I is 0.3 above the baseline at every seed (decided
-    at the first look); I-S-S swings ±0.05 around it (open until `max`)."""
+    """overall by configuration and seed: the baseline and S-I-I do not move with the seed, S-I-I
+    0.3 above (a known difference: decided at the first look, verdicts' exact rule); I-S-S swings
+    ±0.05 around the baseline (open until `max`)."""
     seed = config["seed"]
-    shift = {"S-I-I": 0.3, "I-S-S": 0.05 * (-1) ** seed, "I-I-I": 0.0}[config["config"]["sharing"]["head_regime"]]
-    return 0.5 + 0.01 * seed + shift
+    shift = {"S-I-I": 0.3, "I-S-S": 0.05 * (-1) ** seed + 0.001 * seed, "I-I-I": 0.0}[
+        config["config"]["sharing"]["head_regime"]]
+    return 0.5 + shift
 
 
 def drive(searcher, handed: list[str] | None = None, stop_after: int | None = None) -> list[str]:

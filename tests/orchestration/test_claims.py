@@ -37,6 +37,11 @@ def test_claims_parse_with_the_sweeps_experiment(sweep_file):
     assert first == Claim("S-I-I > I-I-I", "overall", {"sharing.head_regime": "S-I-I", "experiment": "claims-test"},
                           {"role": "baseline", "experiment": "claims-test"}, ">")
     assert first.min_effect == 0.01 and first.looks is None and first.paper_effect is None
+    # by default a sweep's table keeps its error rate as a whole, on the median's interval
+    assert (first.error_rate, first.interval, first.chance) == ("family", "median", None)
+    per_claim = load_sweep(sweep_file(**SECTIONS, claims=[claim(chance=0.2)],
+                                      verdicts={"error_rate": "claim", "interval": "mean"})).claims[0]
+    assert (per_claim.error_rate, per_claim.interval, per_claim.chance) == ("claim", "mean", 0.2)
     assert second.relation == "≈" and second.min_effect == 0.02 and second.paper_effect == -0.004
     assert (second.source, second.paper) == ("a paper, Table 1", "0.51 vs 0.514")
     # adaptive seeds: every claim is judged at the design's looks
@@ -87,6 +92,12 @@ BAD = [
     ({"seeds": {"start": 2, "max": 4, "budget": {"hours": 0}}, "claims": [GOOD]},
      "seeds.budget.hours: must be > 0, got 0"),
     ({"seeds": "three"}, "seeds: expected a list of seeds or an adaptive design {start, max, budget}, got 'three'"),
+    ({"verdicts": {"error_rate": "per-claim"}, "claims": [GOOD]},
+     "verdicts.error_rate: expected one of family, claim; got 'per-claim'"),
+    ({"verdicts": {"interval": "t"}, "claims": [GOOD]}, "verdicts.interval: expected one of median, mean; got 't'"),
+    ({"verdicts": {"rate": "claim"}, "claims": [GOOD]},
+     "verdicts.rate: unknown key (did you mean 'verdicts.error_rate'?)"),
+    ({"claims": [claim(chance="low")]}, "claims[0] (S-I-I > I-I-I).chance: expected a number, got 'low'"),
     ({"seeds": {"start": 2, "max": 4}, "claims": [GOOD], "search": {"algorithm": "optuna"},
       "space": {"optim.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}},
      "seeds: adaptive seeds need grid or random search"),
@@ -176,10 +187,13 @@ def _sweep_runs(client: MlflowClient, experiment: str, claims: list[Claim] | Non
 
 
 def test_findings_reads_claims_from_a_file_or_from_the_store(sweep_file, tmp_path, capsys):
+    # Three seeds: the median's interval needs six, the mean's t-interval (near-normal
+    # differences) decides on three; the file says which, and the store's claims.json keeps it.
     path = sweep_file(**SECTIONS, claims=[GOOD, claim(name="I-S-S < I-I-I", a={"sharing.head_regime": "I-S-S"},
-                                                      relation="<")])
+                                                      relation="<")], verdicts={"interval": "mean"})
     from_file = read_claims(path)
     assert from_file == load_sweep(path).claims  # the same claims, without the plan's check
+    assert {c.interval for c in from_file} == {"mean"}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     runs = {"baseline": ("baseline", "I-I-I", [0.50, 0.60, 0.55]),
@@ -190,6 +204,9 @@ def test_findings_reads_claims_from_a_file_or_from_the_store(sweep_file, tmp_pat
         logged_claims(uri)
     _, table = findings(uri, claims=from_file)
     assert table.set_index("claim")["verdict"].to_dict() == {"S-I-I > I-I-I": "holds", "I-S-S < I-I-I": "holds"}
+    assert set(table["alpha"]) == {0.025}  # a family of two
+    _, median = findings(uri, claims=read_claims(sweep_file("median.yaml", **SECTIONS, claims=[GOOD])))
+    assert median.iloc[0]["verdict"] == "inconclusive" and median.iloc[0]["detail"].startswith("too few seeds")
 
     # The latest sweep of the experiment that logged claims: only its claims, over its runs.
     _sweep_runs(client, "claims-test", from_file[:1], runs)
@@ -204,6 +221,8 @@ def test_findings_reads_claims_from_a_file_or_from_the_store(sweep_file, tmp_pat
     assert out.out.count("\n") == 2 and "S-I-I > I-I-I" in out.out and "Downloading" not in out.err
     assert main(["findings", str(path), "--tracking-uri", uri, "--format", "csv"]) == 0
     assert "I-S-S < I-I-I" in capsys.readouterr().out
+    assert main(["findings", str(path), "--tracking-uri", uri, "--error-rate", "claim"]) == 0
+    assert "Per claim: each verdict is wrong with probability at most 5%" in capsys.readouterr().out
     bad = sweep_file("bad.yaml", **SECTIONS, claims=[claim(relation="=>")])
     assert main(["findings", str(bad), "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.strip()

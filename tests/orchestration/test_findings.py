@@ -21,8 +21,9 @@ from .conftest import SWEEPS, new_experiment
 STUDY_FILES = sorted(str(p) for p in (SWEEPS / "study").glob("*.yaml"))
 CLAIMS = [c for path in STUDY_FILES for c in read_claims(path)]  # the study's claims, as its files declare them
 
-SEEDS = [0, 1, 2, 3, 4]
-SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07]  # seed-to-seed spread, shared by every configuration
+SEEDS = list(range(10))  # enough for the median's interval of a family of 8 claims (9 seeds)
+# seed-to-seed spread, shared by every configuration
+SPREAD = [0.00, 0.08, -0.05, 0.03, -0.07, 0.05, -0.02, 0.06, -0.04, 0.01]
 
 
 def _sweep(client: MlflowClient, experiment: str, configs: dict[str, tuple[str, dict, list[dict]]]) -> None:
@@ -54,21 +55,21 @@ def store(tmp_path_factory):
     _sweep(client, "study-encoder-sharing", {
         "baseline": ("baseline", {"sharing.encoder_shared_layers": "0"}, _overall(0.0)),
         "p000": ("search", {"sharing.encoder_shared_layers": "3"},
-                 _overall(0.001, [0.0005, -0.0005, 0.001, 0.0, -0.001])),
+                 _overall(0.001, [0.0005, -0.0005, 0.001, 0.0, -0.001] * 2)),
         "p001": ("search", {"sharing.encoder_shared_layers": "None"},
-                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
+                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001] * 2)),
         # the frozen reference also logs k = None: selectors skip it unless they name its role
         "reference": ("reference", {"sharing.encoder_shared_layers": "None"}, _overall(0.2)),
     })
     _sweep(client, "study-freezing", {
         "baseline": ("baseline", {"freeze.layers": "0"}, _overall(0.0)),
-        "p000": ("search", {"freeze.layers": "3"}, _overall(0.0, [0.02, -0.02, 0.015, -0.015, 0.0])),
+        "p000": ("search", {"freeze.layers": "3"}, _overall(0.0, [0.02, -0.02, 0.015, -0.015, 0.0] * 2)),
         "p001": ("search", {"freeze.layers": "-1"}, _overall(-0.1)),
     })
     _sweep(client, "study-head-regimes-frozen", {
         "baseline": ("baseline", {"sharing.head_regime": "I-I-I"}, _overall(0.0)),
         "p000": ("search", {"sharing.head_regime": "S-S-I"},
-                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001])),
+                 _overall(-0.03, [0.002, -0.002, 0.001, 0.0, -0.001] * 2)),
     })
     # loss weights log spread over loss.weights.<task>; the selector's mapping matches key by key
     _sweep(client, "study-loss-weights-frozen", {
@@ -76,7 +77,7 @@ def store(tmp_path_factory):
         "p000": ("search", {"loss.weights.sts": "0.4", "loss.weights.sst": "0.4", "loss.weights.para": "0.2"},
                  _overall(0.01)),
         "p001": ("search", {"loss.weights.sts": "0.4", "loss.weights.sst": "0.2", "loss.weights.para": "0.4"},
-                 _overall(-0.05, [0.002, -0.002, 0.001, 0.0, -0.001])),
+                 _overall(-0.05, [0.002, -0.002, 0.001, 0.0, -0.001] * 2)),
     })
     return uri
 
@@ -85,11 +86,13 @@ def test_planted_effects_get_their_verdicts(store):
     table = evaluate(read_runs(store), CLAIMS).set_index("claim")
     verdicts = table["verdict"].to_dict()
     assert verdicts["3-bert > 1-bert"] == "holds"
-    assert table.loc["3-bert > 1-bert", "delta"] == pytest.approx(0.03) and table.loc["3-bert > 1-bert", "n"] == 5
+    assert table.loc["3-bert > 1-bert", "delta"] == pytest.approx(0.03) and table.loc["3-bert > 1-bert", "n"] == 10
     assert verdicts["hybrid-bert ≈ 3-bert"] == "holds"
     assert verdicts["freezing the bottom half lifts STS"] == "inconclusive"
-    # ±0.02 around 0 at 5 seeds: the observed spread needs more seeds to call it
-    assert table.loc["freezing the bottom half lifts STS", "seeds_needed"] > 5
+    # ±0.02 around 0 at 10 seeds: the observed spread needs more seeds to call it
+    assert table.loc["freezing the bottom half lifts STS", "seeds_needed"] > 10
+    # the table's 8 claims share 5%: each interval at 5%/8, the median's
+    assert set(table["alpha"]) == {0.05 / 8} and set(table["method"]) == {"median"}
     assert table.loc["3-bert > 1-bert", "paper_inside"] is False  # the paper's +0.011 against a clear +0.03
     assert verdicts["S-S-I beats I-I-I on a frozen encoder"] == "contradicted"
     assert verdicts["loss weights [sst .2 para .4 sts .4] below equal (frozen I-S-S)"] == "holds"
@@ -102,7 +105,8 @@ def test_planted_effects_get_their_verdicts(store):
 def test_markdown_and_csv(store):
     text, _ = findings(store, claims=CLAIMS)
     # the study's files declare adaptive seeds (3..12), so the intervals are the sequential ones
-    assert "| 3-bert > 1-bert |" in text and "**holds**" in text and "(n=5, sequential 3..12)" in text
+    assert "| 3-bert > 1-bert |" in text and "**holds**" in text and "(n=10, sequential 3..12)" in text
+    assert "Family-wise: the chance that any of these 8 verdicts is wrong is at most 5%" in text
     assert "paired by seed" in text and "**not run**" in text
     csv, _ = findings(store, ["study-freezing"], fmt="csv", claims=CLAIMS)
     assert csv.splitlines()[0].startswith("claim,source,metric,relation,min_effect")

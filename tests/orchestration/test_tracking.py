@@ -330,3 +330,12 @@ def test_a_runs_dataset_digest_names_the_tokenized_data_it_read(tmp_path):
     files = {p.name for p in (tmp_path / "cache").iterdir()}
     for d in data_summary(to_dict(cfg))["datasets"]:
         assert f"{d['task']}-{d['split']}-{d['digest']}.pt" in files, (d, files)
+
+
+def test_a_trial_whose_score_or_loss_is_not_a_number_is_tagged_diverged():
+    from orchestration.track.tracking import diverged_reason
+
+    history = {1: {"loss_sst": 1.2, "loss_sts": 0.8}, 2: {"loss_sst": float("nan"), "loss_sts": 0.7}}
+    assert diverged_reason({"overall": 0.61}, history) == "loss_sst is nan"
+    assert diverged_reason({"overall": float("inf")}, {1: {"loss_sst": 1.0}}) == "overall is inf"
+    assert diverged_reason({"overall": 0.61}, {1: {"loss_sst": 1.0}}) is None
