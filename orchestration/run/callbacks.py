@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from orchestration.run.launch import GROUP_SIGNALS
 from orchestration.run.storage import release_reserve, storage_shortfall
 from orchestration.run.trainable import failure, keep_one_model
 from orchestration.track.tracking import STORAGE_FULL, SweepTracking
@@ -66,7 +67,8 @@ class TrackingCallback(Callback):
 
     def setup(self, **info) -> None:
         # Runs after Tune installed its own SIGINT handler: wrap it so the stop is known here
-        # first, and make SIGTERM (a scheduler's or a `kill`'s) take the same graceful path.
+        # first, and make SIGTERM (a scheduler's or a `kill`'s) and SIGHUP (a closed terminal)
+        # take the same graceful path.
         record = self.tracking.record
         try:
             tune_handler = signal.getsignal(signal.SIGINT)
@@ -79,8 +81,8 @@ class TrackingCallback(Callback):
                 if callable(tune_handler):
                     tune_handler(signal.SIGINT, frame)
 
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
+            for sig in (signal.SIGINT, *GROUP_SIGNALS):
+                signal.signal(sig, on_signal)
             self._handler = on_signal
         except ValueError:  # not the main thread: Tune installed nothing either
             self._handler = None

@@ -10,7 +10,9 @@ import json
 import logging
 import os
 import shlex
+import signal
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -142,8 +144,34 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
         # Ray says at every start of a local cluster that token authentication is on (the
         # default); this one lives and dies with the sweep, so the notice is noise there.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None, **local, **common)
+    with _signals_stay_with_driver(local=not address):
+        ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None,
+                 **local, **common)
     return not address
+
+
+# The signals that end a whole process group or job step at once: SLURM's scancel and the end
+# of a job step (SIGTERM to every process of the step), a closing terminal (SIGHUP).
+GROUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_stay_with_driver(local: bool):
+    """A local Ray's processes (its GCS, raylet, trial workers) start with GROUP_SIGNALS
+    blocked, as Ray itself starts them with SIGINT blocked: a signal sent to the whole group
+    then reaches the driver alone, which stops the sweep as for a Ctrl-C (its trials KILLED,
+    its summary, `sweep resume`), while Ray stays up to let it. Unblocked, the GCS died
+    first and the driver hung 60 s on it, then exited with its runs left RUNNING.
+    A process inherits the mask of the thread that starts it; Ray's head dies with its
+    driver all the same (Ray ties their lives), and SIGKILL is never blocked."""
+    if not local or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _check_resources(sweep: Sweep, local: bool, log: Callable[[str], None]) -> None:
@@ -449,14 +477,12 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
          adaptive: bool = False) -> SweepOutcome:
     """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
-    import signal
-
     from orchestration.run.storage import hold_reserve, release_reserve
 
     status = "FAILED"
     results = None
     judged: list[str] = []
-    sigterm = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in GROUP_SIGNALS}
     hold_reserve(run_dir)
     try:
         with _without_ray_resume_hint(tracking):
@@ -483,7 +509,8 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
             raise
     finally:
         try:
-            signal.signal(signal.SIGTERM, sigterm)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         except ValueError:
             pass
         release_reserve(run_dir)
@@ -525,7 +552,9 @@ def _without_ray_resume_hint(tracking: SweepTracking):
     the sweep's state (its traceback, on a full disk) is the driver's to say, in one line:
     it counts as a failed write to the sweep folder (callbacks.TrackingCallback stops the sweep)."""
     hint = logging.getLogger("ray.tune.tune")
-    drop = _DropMessage("Resume experiment with")
+    # And Tune's "Stop signal received (e.g. via SIGINT/Ctrl+C)", which names the wrong
+    # signal on a SIGTERM: the driver's "interrupted (SIGTERM)" line says it once stopped.
+    drop = _DropMessage(("Resume experiment with", "Stop signal received"))
     state = logging.getLogger("ray.tune.execution.experiment_state")
     failed_save = _DropMessage("Saving experiment state", lambda: setattr(
         tracking.record, "journal_error", OSError("Ray Tune could not save the sweep's state")))
@@ -539,13 +568,14 @@ def _without_ray_resume_hint(tracking: SweepTracking):
 
 
 class _DropMessage(logging.Filter):
-    def __init__(self, text: str, seen: Callable[[], None] | None = None):
+    def __init__(self, texts: str | tuple[str, ...], seen: Callable[[], None] | None = None):
         super().__init__()
-        self.text = text
+        self.texts = (texts,) if isinstance(texts, str) else texts
         self.seen = seen
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.text not in record.getMessage():
+        message = record.getMessage()
+        if not any(text in message for text in self.texts):
             return True
         if self.seen is not None:
             self.seen()
