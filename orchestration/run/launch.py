@@ -340,7 +340,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
-                                   outage_s=outage_s, view=_runs_view(sweep))
+                                   outage_s=outage_s, view=_runs_view(sweep), log=log)
     tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     claims_doc = to_doc(sweep.claims, _seeds_design(sweep))

@@ -527,23 +527,38 @@ class SweepTracking:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: str, sweep_name: str,
               tags: dict[str, str], commit: str | None, state_dir: str | Path | None = None,
-              outage_s: float = 180.0, view: dict | None = None) -> "SweepTracking":
-        """`view`: the keyword arguments of view.save_runs_view (the table the link opens)."""
+              outage_s: float = 180.0, view: dict | None = None,
+              log: Callable[[str], None] = print) -> "SweepTracking":
+        """`view`: the keyword arguments of view.save_runs_view (the table the link opens).
+        The store going away between the startup check and the parent run is ridden out as
+        later outages are (_until_back); a store that says no is one line."""
         from mlflow.tracking import MlflowClient
 
         _quiet_http_env()
         client = MlflowClient(uri)
-        found = client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else client.create_experiment(
-            experiment, artifact_location=_artifact_location(uri, experiment))
-        mark_experiment(client, experiment_id)  # [view] UI opens on model training
-        if view:
-            save_runs_view(client, experiment_id, **view)  # [view] the scores view
         all_tags = {"sweep": sweep_name, SWEEP_RUN_TAG: run_name, "role": "sweep",
                     **({"git_commit": commit} if commit else {}), **tags}
         source = source_tags(tags.get("sweep_file"), commit)  # [describe]
-        run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})
-        tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
+        tried = []
+
+        def open_parent() -> tuple[str, str]:
+            found = client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else client.create_experiment(
+                experiment, artifact_location=_artifact_location(uri, experiment))
+            mark_experiment(client, experiment_id)  # [view] UI opens on model training
+            if view:
+                save_runs_view(client, experiment_id, **view)  # [view] the scores view
+            if tried:  # a create whose answer was lost may have made it
+                mine = client.search_runs([experiment_id], max_results=1, filter_string=(
+                    f"tags.`{SWEEP_RUN_TAG}` = '{run_name}' and tags.role = 'sweep' and attributes.status = 'RUNNING'"))
+                if mine:
+                    return experiment_id, mine[0].info.run_id
+            tried.append(True)
+            return experiment_id, client.create_run(experiment_id, run_name=run_name,
+                                                    tags={**all_tags, **source}).info.run_id
+
+        experiment_id, run_id = _until_back(open_parent, uri, outage_s, log)
+        tracking = cls(uri, experiment_id, run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
                        run_name=run_name)
         tracking.source_tags = source
         sent = {"tags": {**all_tags, **source}, "status": "RUNNING"}
@@ -750,6 +765,35 @@ class SweepTracking:
                 break
         self.sync_s += time.perf_counter() - t0
         return out
+
+
+def _until_back(call: Callable[[], Any], uri: str, outage_s: float, log: Callable[[str], None]) -> Any:
+    """`call` (MLflow calls made before the sweep has a parent run, so before the sync thread
+    can hold them) retried while the store is away, with the sync thread's backoff and
+    outage limit; one line when it starts failing, one line when it gives up or the store
+    says no (PERMANENT_CODES), never a traceback."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    backoff, since = FIRST_BACKOFF_S, None
+    while True:
+        try:
+            return call()
+        except (MlflowException, requests.RequestException) as exc:
+            if getattr(exc, "error_code", None) in PERMANENT_CODES:
+                raise TrackingUnavailable(f"tracking store {uri} refused to open the sweep's parent run: "
+                                          f"{_reason(exc)}") from None
+            if since is None:
+                since = time.monotonic()
+                log(f"tracking store {uri} away before the sweep's parent run existed ({_reason(exc)}); "
+                    f"retrying for up to {outage_s:.0f}s (tracking.outage_s)")
+            elif time.monotonic() - since > outage_s:
+                raise TrackingUnavailable(
+                    f"tracking store {uri} unreachable for {time.monotonic() - since:.0f}s ({_reason(exc)}) "
+                    "before the sweep's parent run existed; no trial ran: run the sweep again once it is back"
+                ) from None
+            time.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
 def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
