@@ -499,8 +499,17 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         status = "KILLED"
         raise
     except Exception as exc:
+        killed = _memory_monitor_kill(exc)
         if _storage_full(tracking, run_dir):
             status = "KILLED"  # Tune's own results are unreadable on the full disk; the line below says it
+        elif killed is not None:
+            # Tune 2.60 lets a trial's OutOfMemoryError escape fit() (wrapped in a RuntimeError)
+            # when the monitor kills a worker at some moments: the sweep stops as for a Ctrl-C,
+            # its running trials KILLED with this reason, and resume continues them.
+            status = "KILLED"
+            tracking.record.stop_reason = killed
+            log(f"{killed}; the sweep stopped and Ray Tune kept it: `{_resume_command(run_dir)}` (with fewer "
+                "trials at once, max_concurrent, or more memory)")
         elif _is_tracking_error(exc):
             raise TrackingUnavailable(
                 f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
@@ -554,17 +563,23 @@ def _without_ray_resume_hint(tracking: SweepTracking):
     hint = logging.getLogger("ray.tune.tune")
     # And Tune's "Stop signal received (e.g. via SIGINT/Ctrl+C)", which names the wrong
     # signal on a SIGTERM: the driver's "interrupted (SIGTERM)" line says it once stopped.
-    drop = _DropMessage(("Resume experiment with", "Stop signal received"))
+    # Its "Trials did not complete: [...]" (and its analysis' "Failed to fetch metrics" of
+    # those) repeats what the FAILED lines and the summary already say.
+    drop = _DropMessage(("Resume experiment with", "Stop signal received", "Trials did not complete"))
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    unfetched = _DropMessage("Failed to fetch metrics")
     state = logging.getLogger("ray.tune.execution.experiment_state")
     failed_save = _DropMessage("Saving experiment state", lambda: setattr(
         tracking.record, "journal_error", OSError("Ray Tune could not save the sweep's state")))
     hint.addFilter(drop)
     state.addFilter(failed_save)
+    analysis.addFilter(unfetched)
     try:
         yield
     finally:
         hint.removeFilter(drop)
         state.removeFilter(failed_save)
+        analysis.removeFilter(unfetched)
 
 
 class _DropMessage(logging.Filter):
@@ -593,6 +608,22 @@ def _outage_line(tracking: SweepTracking, run_dir: Path) -> str:
             f"the sweep stopped and keeps {len(tracking.record.unsynced())} unsent MLflow write(s) in "
             f"{run_dir / RECORD_FILE}: "
             f"`{_resume_command(run_dir)}` once it is back")
+
+
+def _memory_monitor_kill(exc: BaseException) -> str | None:
+    """The one line for a trial's worker that Ray's memory monitor killed, where that is what
+    `exc` (or an exception it was raised from) is; else None."""
+    from ray.exceptions import OutOfMemoryError
+
+    from orchestration.run.callbacks import MEMORY_MONITOR, memory_monitor_line
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OutOfMemoryError):
+            return memory_monitor_line(str(exc)) or MEMORY_MONITOR
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _is_tracking_error(exc: BaseException) -> bool:

@@ -19,6 +19,11 @@ LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker 
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
 # The key of a trial's last report when it failed for good: its one-line reason.
 FAILED = "trial_failed"
+# In the trial folder, written by the driver once the trial has ended for good (finished, or
+# failed the same way every run would): Tune's saved state may lag behind the driver's (it
+# is a snapshot; the driver may die or stop between the two), and a restored trial that
+# Tune still holds as running must not train again.
+ENDED_NAME = "ended"
 
 
 def final_error_types() -> tuple[type, ...]:
@@ -38,6 +43,28 @@ def final_error_types() -> tuple[type, ...]:
 def failure(result: dict[str, Any] | None) -> str | None:
     """The reason a trial ended itself as failed (its last report), else None."""
     return (result or {}).get(FAILED)
+
+
+def mark_ended(trial, status: str) -> None:
+    """On the driver: the trial ended for good (`status`: FINISHED or FAILED)."""
+    path = getattr(trial, "path", None)
+    if path and "://" not in str(path):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / ENDED_NAME).write_text(status + "\n")
+        except OSError:  # a full disk: a stale resume may then train it again, nothing worse
+            pass
+
+
+def ended(trial) -> str | None:
+    """How the trial ended for good, if the driver said so (mark_ended); else None."""
+    path = getattr(trial, "path", None)
+    if not path or "://" in str(path):
+        return None
+    try:
+        return (Path(path) / ENDED_NAME).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _file_log(path: Path):
@@ -101,6 +128,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     trial_dir, elsewhere = _trial_folder()
     trial_dir.mkdir(parents=True, exist_ok=True)
     log = _file_log(trial_dir / LOG_NAME)
+    if (trial_dir / ENDED_NAME).is_file():  # restored from a Tune state older than its end
+        log(f"trial {config['key']} already ended ({(trial_dir / ENDED_NAME).read_text().strip()}); not run again")
+        return
     log(f"trial {config['key']} pid {os.getpid()}")
     if elsewhere:
         log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")

@@ -113,3 +113,34 @@ def test_the_tracking_server_gone_before_the_parent_run_is_ridden_out(tmp_path):
     finally:
         stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
         server.stop()
+
+
+def test_a_trial_killed_by_the_memory_monitor_is_one_line_and_resumes(tmp_path):
+    """Ray's memory monitor, set (RAY_memory_usage_threshold, Ray's documented setting) to
+    find the node over its threshold at once, kills each trial's worker: every kill is one
+    line naming the monitor and what it measured, the runs end FAILED with that reason,
+    no Tune traceback or "Trials did not complete" reaches the console, and once memory
+    allows, `sweep resume` completes the sweep."""
+    sweep = write_sweep(tmp_path / "oom.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                        base={"train": {"epochs": 1}}, max_concurrent=2, max_failures=1,
+                        tracking={"experiment": "oom", **NO_MODEL})
+    run = run_cli(["sweep", "run", str(sweep), "--name", "oom", "--num-cpus", "2"], cwd=tmp_path, timeout=300,
+                  RAY_memory_usage_threshold="0.01", RAY_memory_monitor_refresh_ms="100")
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out[-3000:]
+    for noise in ("Traceback", "Trials did not complete", "Failed to fetch metrics", "Refer to the documentation"):
+        assert noise not in out, (noise, out[-3000:])
+    failed = [line for line in out.splitlines() if "FAILED " in line]
+    assert len(failed) == 2 and all("killed by Ray's memory monitor: Memory usage" in line for line in failed), out
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, parents, children = sweep_runs(uri, "oom")
+    assert parents[0].info.status == "FAILED" and len(children) == 2
+    for child in children:
+        assert child.info.status == "FAILED", child.info
+        assert child.data.tags["error"].startswith("killed by Ray's memory monitor: Memory usage"), child.data.tags
+
+    done = run_cli(["sweep", "resume", "oom", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    client, parents, children = sweep_runs(uri, "oom")
+    check_children(client, parents[0], children, n=2)
+    assert parents[0].info.status == "FINISHED"
