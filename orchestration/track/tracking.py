@@ -68,6 +68,23 @@ PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOUR
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 
 
+class _LockedStoreNoise:
+    """MLflow's sqlite store logs an ERROR with two tracebacks for every call that found the
+    database locked past its busy timeout; the sync retries such calls and says so in one
+    line of its own (_Syncer), so these go."""
+
+    def filter(self, record) -> bool:
+        return "database is locked" not in record.getMessage()
+
+
+def _quiet_locked_store() -> None:
+    import logging
+
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _LockedStoreNoise) for f in logger.filters):
+        logger.addFilter(_LockedStoreNoise())
+
+
 def _quiet_http_env() -> None:
     # A tracking server that dies mid-sweep should cost seconds, not MLflow's default
     # minutes of retries per call.
@@ -75,6 +92,7 @@ def _quiet_http_env() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     # MLflow prints two "View run" lines per closed run on a server: a wall of links.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    _quiet_locked_store()
 
 
 def _reason(exc: BaseException) -> str:
@@ -387,14 +405,20 @@ class _Syncer:
                 self._busy = None
                 if failed is not None and getattr(failed, "error_code", None) not in PERMANENT_CODES:
                     self._dirty = {key: None, **self._dirty}  # first again, once the store is back
-                    self.outage_since = self.outage_since or time.monotonic()
                     self.last_error = _reason(failed)
+                    if self.outage_since is None:
+                        self.outage_since = time.monotonic()
+                        what = "locked" if self.last_error == "database is locked" else "away"
+                        print(f"tracking store {what} ({self.last_error}); the trials go on and their MLflow "
+                              f"writes are retried for up to {self.outage_s:.0f}s (tracking.outage_s)", flush=True)
                     self._cond.notify_all()
                     self._cond.wait(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 if failed is not None:
                     print(f"warning: MLflow refused a write for {key}: {_reason(failed)}")
+                elif self.outage_since is not None:
+                    print("tracking store back; the waiting MLflow writes follow", flush=True)
                 self.outage_since, backoff = None, FIRST_BACKOFF_S
                 self._cond.notify_all()
 

@@ -144,3 +144,40 @@ def test_a_trial_killed_by_the_memory_monitor_is_one_line_and_resumes(tmp_path):
     client, parents, children = sweep_runs(uri, "oom")
     check_children(client, parents[0], children, n=2)
     assert parents[0].info.status == "FINISHED"
+
+
+def test_a_sqlite_store_locked_past_mlflows_busy_timeout_is_one_line(tmp_path):
+    """Another process holds the sweep's sqlite store locked for 25 s, past MLflow's own 20 s
+    busy timeout: the trials go on, the driver says so in one line (and one when it is back),
+    no MLflow ERROR or traceback reaches the console, and nothing is lost."""
+    import sqlite3
+    import time
+
+    from orchestration.track.tracking import SweepRecord
+
+    sweep = write_sweep(tmp_path / "lock.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                        base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 60}},
+                        max_concurrent=2, tracking={"experiment": "lock", **NO_MODEL})
+    log = tmp_path / "driver.log"
+    driver = _start(["sweep", "run", str(sweep), "--name", "lock", "--num-cpus", "2"], tmp_path, log)
+    family: list[int] = []
+    try:
+        _wait_for(lambda: sum(t.read_text().count(" epoch ") for t in (tmp_path / "runs" / "lock").glob("*/train.log"))
+                  >= 1, 240, "a first epoch", driver, log)
+        family = descendants(driver.pid)
+        holder = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        time.sleep(25)
+        holder.execute("COMMIT")
+        holder.close()
+        assert driver.wait(240) == 0, log.read_text()[-4000:]
+    finally:
+        stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
+    text = log.read_text()
+    assert "Traceback" not in text and "ERROR" not in text, text[-4000:]
+    assert text.count("tracking store locked (database is locked)") == 1, text[-4000:]
+    assert "tracking store back; the waiting MLflow writes follow" in text, text[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, parents, children = sweep_runs(uri, "lock")
+    check_children(client, parents[0], children, n=2)
+    assert not SweepRecord(tmp_path / "runs" / "lock", fresh=False).unsynced()  # every run equal to the record
