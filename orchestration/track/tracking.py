@@ -26,8 +26,11 @@ Names on a child run:
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
 
-A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record and
-is logged again at its step: the latest value per step wins when the history is read back.
+A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record.
+MLflow keeps one point per step where it can: a replay (the same scores, as a resume with
+the RNG states restored trains them) is not sent again, so a chart shows no second point;
+a re-run that trained differently is logged again at its step, and the latest value per
+step wins when the history is read back.
 """
 from __future__ import annotations
 
@@ -234,8 +237,8 @@ class SweepRecord:
         r = self.of(e["k"])
         if "epoch" in e:
             n = int(e["epoch"])
-            r["epochs"][n] = e["m"]
-            if n <= r["sent"]["cursor"]:  # an epoch run again: the run gets it again
+            before, r["epochs"][n] = r["epochs"].get(n), e["m"]
+            if n <= r["sent"]["cursor"] and _retrained(before, e["m"]):  # the run gets it again
                 r["sent"]["cursor"] = n - 1
         for target, fields in ((r, e.get("set", {})), (r["sent"], e.get("sent", {}))):
             for field, value in fields.items():  # a mapping (tags, metrics, texts) takes what it is given
@@ -317,6 +320,19 @@ class SweepRecord:
                         or sent.get("status") != t["status"]):
                     out.append(key)
             return out
+
+
+def _retrained(before: dict[str, float] | None, after: dict[str, float] | None) -> bool:
+    """Whether an epoch reported again trained differently from its first report (its
+    overall differs), rather than replaying it: only its timings then differ."""
+    from mtbert.figures import BEST_BY
+
+    if before is None or after is None:
+        return True
+    if before is after:
+        return False
+    a, b = before.get(BEST_BY), after.get(BEST_BY)
+    return a is None or b is None or not _same(a, b)
 
 
 def _unsent(sent: dict, tags: dict[str, str], metrics: dict[str, float]) -> tuple[dict, dict]:
@@ -731,7 +747,7 @@ class SweepTracking:
         with record.lock:  # an epoch run again during this sync is sent by the next one
             lowered = t["sent"]["cursor"] if t["sent"]["cursor"] < sent["cursor"] else math.inf
             cursor = min(max(epochs, default=sent["cursor"]), lowered,
-                         *(n - 1 for n, m in epochs.items() if t["epochs"].get(n) is not m))
+                         *(n - 1 for n, m in epochs.items() if _retrained(m, t["epochs"].get(n))))
             record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
                                               "tags": new_tags, "metrics": new_metrics}})
         if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores

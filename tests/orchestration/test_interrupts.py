@@ -131,6 +131,7 @@ def test_sigterm_to_the_process_group_then_resume(tmp_path):
     check_children(client, parents[0], children, n=2)  # every trial FINISHED once
     assert parents[0].info.status == "FINISHED"
     assert all(r.data.metrics["epochs_run"] == 3 for r in children)
+    _one_point_per_step(client, children)  # the interrupted epoch, run again, is not a second point
 
 
 def test_two_sweeps_at_once_on_a_new_sqlite_store(tmp_path):
