@@ -114,6 +114,8 @@ class ProgressPrinter(Callback):
         self._print(f"start   {trial.config['key']:<14} {describe(trial.config)}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        if trial.config["key"] not in getattr(self, "_started", set()) and ended(trial):
+            return  # ended before this driver: restored from a lagging Tune state, not run (trainable.py)
         self._completed = getattr(self, "_completed", set()) | {trial.config["key"]}
         result = trial.last_result
         if failure(result):

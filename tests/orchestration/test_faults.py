@@ -181,3 +181,45 @@ def test_a_sqlite_store_locked_past_mlflows_busy_timeout_is_one_line(tmp_path):
     client, parents, children = sweep_runs(uri, "lock")
     check_children(client, parents[0], children, n=2)
     assert not SweepRecord(tmp_path / "runs" / "lock", fresh=False).unsynced()  # every run equal to the record
+
+
+def test_resume_from_a_lagging_tune_state_runs_no_ended_trial_again(tmp_path):
+    """Ray Tune's saved state is a snapshot: a driver that dies or stops between a trial's end
+    and the next snapshot leaves the trial running there (the memory monitor's kill escaping
+    Tune left it so). Here the sweep runs to its end, then its state is put back as it stood
+    mid-way: `sweep resume` must not train an ended trial again, and MLflow keeps each run
+    as it was, FINISHED once, one point per epoch."""
+    from .test_interrupts import _one_point_per_step
+
+    sweep = write_sweep(tmp_path / "lag.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                        base={"train": {"epochs": 2}, "sampling": {"steps_per_epoch": 40}},
+                        max_concurrent=2, tracking={"experiment": "lag", **NO_MODEL})
+    run_dir = tmp_path / "runs" / "lag"
+    log = tmp_path / "driver.log"
+    driver = _start(["sweep", "run", str(sweep), "--name", "lag", "--num-cpus", "2"], tmp_path, log)
+    family: list[int] = []
+    try:
+        _wait_for(lambda: sum(t.read_text().count(" epoch ") for t in run_dir.glob("*/train.log")) >= 1
+                  and list(run_dir.glob("experiment_state-*.json")), 240, "a first epoch", driver, log)
+        family = descendants(driver.pid)
+        [state] = run_dir.glob("experiment_state-*.json")
+        stale = state.read_bytes()  # both trials running
+        assert driver.wait(240) == 0, log.read_text()[-4000:]
+    finally:
+        stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
+    state.write_bytes(stale)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, _, before = sweep_runs(uri, "lag")
+    ended_at = {r.data.tags["trial_key"]: r.info.end_time for r in before}
+
+    done = run_cli(["sweep", "resume", "lag", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "start " not in out and "Traceback" not in out, out[-3000:]
+    for train_log in run_dir.glob("*-s0_*/train.log"):
+        text = train_log.read_text()
+        assert text.count(" pid ") == 1 and "already ended (FINISHED); not run again" in text, text
+    client, parents, children = sweep_runs(uri, "lag")
+    check_children(client, parents[0], children, n=2)
+    _one_point_per_step(client, children)
+    assert {r.data.tags["trial_key"]: r.info.end_time for r in children} == ended_at  # untouched
