@@ -216,8 +216,9 @@ def test_resume_from_a_lagging_tune_state_runs_no_ended_trial_again(tmp_path):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "start " not in out and "Traceback" not in out, out[-3000:]
-    for train_log in run_dir.glob("*-s0_*/train.log"):
-        text = train_log.read_text()
+    logs = [t.read_text() for t in run_dir.glob("*-s0_*/train.log")]
+    assert len(logs) == 2
+    for text in logs:
         assert text.count(" pid ") == 1 and "already ended (FINISHED); not run again" in text, text
     client, parents, children = sweep_runs(uri, "lag")
     check_children(client, parents[0], children, n=2)
