@@ -204,12 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mtbert.errors import TrainingError
+    from mtbert.errors import CheckpointUnreadable, TrainingError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TrainingError, FileNotFoundError) as exc:
+    except (ValueError, TrainingError, CheckpointUnreadable, FileNotFoundError) as exc:
         # User errors (config, data, sweep files, a diverging run) are one line, no traceback.
         print(f"mtbert: error: {exc}", file=sys.stderr)
         return 2

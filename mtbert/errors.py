@@ -17,6 +17,12 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
 
 
+class CheckpointUnreadable(RuntimeError):
+    """A resumable state that cannot be read (a file cut short by a kill or a full disk):
+    the one line says which and why. Not a TrainingError: the run itself is sound, and
+    whoever resumes may start from an older state or from the beginning instead."""
+
+
 class DataError(ValueError):
     """A user error in data or data config: one readable line naming the file, row or key."""
 

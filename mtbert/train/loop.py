@@ -38,7 +38,7 @@ from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
 from mtbert.train import precision
 from mtbert.train.precision import autocast_for
-from mtbert.train.state import STATE_FILE, capture_rng, restore_rng, sampler_position
+from mtbert.train.state import STATE_FILE, capture_rng, read_state, restore_rng, sampler_position
 from mtbert.train.weighting import Weighting, make_weighting
 
 Reporter = Callable[[dict, "str | None"], None]
@@ -261,7 +261,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
         reference = frozen_reference(model, cfg) if saves_state else None
     rng_state = None
     if resume_from is not None:
-        state = torch.load(Path(resume_from) / STATE_FILE, map_location=device, weights_only=False)
+        state = read_state(Path(resume_from) / STATE_FILE, device)
         if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
             load_stored(model, state["model"], state.get("frozen"), Path(resume_from) / STATE_FILE,
                         cfg.model.name_or_path, "give model.name_or_path the weights the run started from, "

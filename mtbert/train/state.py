@@ -11,6 +11,7 @@ saved are the next epoch and nothing else.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -47,3 +48,20 @@ def restore_rng(state: dict | None, generator: torch.Generator | None = None) ->
 def sampler_position(epoch: int) -> dict:
     """Where the task schedule and batch orders continue: the epoch after the checkpoint."""
     return {"next_epoch": epoch + 1}
+
+
+def read_state(path: Path, device) -> dict:
+    """The resumable state at `path`, or CheckpointUnreadable naming it: a file a kill cut
+    short fails inside torch's reader (a zip without its directory, a pickle ending early)
+    with a message that names neither the file nor what to do."""
+    from mtbert.errors import CheckpointUnreadable
+
+    try:
+        state = torch.load(path, map_location=device, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is unreadable
+        # torch's own message goes on for lines about other causes: its first sentence.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:200]
+        raise CheckpointUnreadable(f"{path}: unreadable ({type(exc).__name__}: {first})") from exc
+    if not isinstance(state, dict) or "epoch" not in state:
+        raise CheckpointUnreadable(f"{path}: unreadable (not a training state)")
+    return state

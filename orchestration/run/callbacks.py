@@ -11,11 +11,17 @@ from types import SimpleNamespace
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from orchestration.run.launch import GROUP_SIGNALS
 from orchestration.run.storage import release_reserve, storage_shortfall
-from orchestration.run.trainable import failure, keep_one_model
+from orchestration.run.trainable import ended, failure, keep_one_model, mark_ended
 from orchestration.track.tracking import STORAGE_FULL, SweepTracking
 
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+# A worker killed by Ray's memory monitor (RAY_memory_usage_threshold of the node's memory):
+# how a trial's error says so, and the stop reason when the kill escapes Tune (launch.py).
+MEMORY_MONITOR = "killed by Ray's memory monitor"
+MEMORY_MONITOR_SIGNS = ("ray.exceptions.OutOfMemoryError", "due to the node running low on memory")
+_OOM_REASON = re.compile(r"OOM kill reason: (.+)")
 
 
 def error_line(trial) -> str:
@@ -25,6 +31,19 @@ def error_line(trial) -> str:
         return reason
     path = getattr(trial, "error_file", None)
     text = Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
+    return memory_monitor_line(text) or _last_error_line(text)
+
+
+def memory_monitor_line(text: str) -> str | None:
+    """The one line for a worker Ray's memory monitor killed, from its 40-line report (which
+    ends on advice about Ray's settings): what it measured against what threshold."""
+    if not any(sign in text for sign in MEMORY_MONITOR_SIGNS):
+        return None
+    why = _OOM_REASON.search(text)
+    return f"{MEMORY_MONITOR}: {why.group(1).strip() if why else 'the node ran low on memory'}"
+
+
+def _last_error_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     fallback = lines[-1] if lines else "the trial failed (no error recorded)"
     return next((line for line in reversed(lines) if _ERROR_LINE.match(line)), fallback)
@@ -66,7 +85,8 @@ class TrackingCallback(Callback):
 
     def setup(self, **info) -> None:
         # Runs after Tune installed its own SIGINT handler: wrap it so the stop is known here
-        # first, and make SIGTERM (a scheduler's or a `kill`'s) take the same graceful path.
+        # first, and make SIGTERM (a scheduler's or a `kill`'s) and SIGHUP (a closed terminal)
+        # take the same graceful path.
         record = self.tracking.record
         try:
             tune_handler = signal.getsignal(signal.SIGINT)
@@ -79,8 +99,8 @@ class TrackingCallback(Callback):
                 if callable(tune_handler):
                     tune_handler(signal.SIGINT, frame)
 
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
+            for sig in (signal.SIGINT, *GROUP_SIGNALS):
+                signal.signal(sig, on_signal)
             self._handler = on_signal
         except ValueError:  # not the main thread: Tune installed nothing either
             self._handler = None
@@ -118,10 +138,12 @@ class TrackingCallback(Callback):
                 self._storage_full()
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        if ended(trial):  # Tune's restored state lags the record: the trial does not run (trainable.py)
+            return
         self.tracking.start_trial(trial.config, trial.trial_id)
 
     def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
-        if "epoch" not in result:
+        if "epoch" not in result or ended(trial):
             return
         self.tracking.start_trial(trial.config, trial.trial_id)
         self.tracking.log_epoch(trial.config["key"], result)
@@ -135,14 +157,18 @@ class TrackingCallback(Callback):
         key = trial.config["key"]
         if key not in self.tracking.record.started and not trial.last_result:
             return  # stopped before it ever started (a pending trial at Ctrl-C)
+        if ended(trial):  # ended before, in this record; Tune's state had lagged behind it
+            return
         self.tracking.start_trial(trial.config, trial.trial_id)
         reason, log = self.tracking.record.stop_reason, _train_log(trial)
         if failure(trial.last_result):  # ended itself on a deterministic error (trainable.py)
             self.tracking.finish(trial.config, "FAILED", error=error_line(trial), train_log=log)
+            mark_ended(trial, "FAILED")
         elif reason is not None and not trial.last_result.get("done"):
             self.tracking.finish(trial.config, "KILLED", interrupted=reason, train_log=log)
         else:
             self.tracking.finish(trial.config, "FINISHED", train_log=log)
+            mark_ended(trial, "FINISHED")
         self._keep_one_model(trial)  # [trainable] output/best: a link to the checkpoint's, not a copy
 
     def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:

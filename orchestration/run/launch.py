@@ -12,7 +12,9 @@ import logging
 import math
 import os
 import shlex
+import signal
 import socket
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -159,8 +161,34 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
         # Ray says at every start of a local cluster that token authentication is on (the
         # default); this one lives and dies with the sweep, so the notice is noise there.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None, **local, **common)
+    with _signals_stay_with_driver(local=not address):
+        ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None,
+                 **local, **common)
     return not address
+
+
+# The signals that end a whole process group or job step at once: SLURM's scancel and the end
+# of a job step (SIGTERM to every process of the step), a closing terminal (SIGHUP).
+GROUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _signals_stay_with_driver(local: bool):
+    """A local Ray's processes (its GCS, raylet, trial workers) start with GROUP_SIGNALS
+    blocked, as Ray itself starts them with SIGINT blocked: a signal sent to the whole group
+    then reaches the driver alone, which stops the sweep as for a Ctrl-C (its trials KILLED,
+    its summary, `sweep resume`), while Ray stays up to let it. Unblocked, the GCS died
+    first and the driver hung 60 s on it, then exited with its runs left RUNNING.
+    A process inherits the mask of the thread that starts it; Ray's head dies with its
+    driver all the same (Ray ties their lives), and SIGKILL is never blocked."""
+    if not local or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _check_resources(sweep: Sweep, local: bool, log: Callable[[str], None]) -> None:
@@ -329,7 +357,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
-                                   outage_s=outage_s, view=_runs_view(sweep))
+                                   outage_s=outage_s, view=_runs_view(sweep), log=log)
     tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
@@ -504,14 +532,12 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
          adaptive: bool = False, smoke: bool = False) -> SweepOutcome:
     """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
     ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
-    import signal
-
     from orchestration.run.storage import hold_reserve, release_reserve
 
     status = "FAILED"
     results = None
     judged: list[str] = []
-    sigterm = signal.getsignal(signal.SIGTERM)
+    handlers = {sig: signal.getsignal(sig) for sig in GROUP_SIGNALS}
     hold_reserve(run_dir)
     try:
         with _without_ray_resume_hint(tracking):
@@ -528,8 +554,17 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         status = "KILLED"
         raise
     except Exception as exc:
+        killed = _memory_monitor_kill(exc)
         if _storage_full(tracking, run_dir):
             status = "KILLED"  # Tune's own results are unreadable on the full disk; the line below says it
+        elif killed is not None:
+            # Tune 2.60 lets a trial's OutOfMemoryError escape fit() (wrapped in a RuntimeError)
+            # when the monitor kills a worker at some moments: the sweep stops as for a Ctrl-C,
+            # its running trials KILLED with this reason, and resume continues them.
+            status = "KILLED"
+            tracking.record.stop_reason = killed
+            log(f"{killed}; the sweep stopped and Ray Tune kept it: `{_resume_command(run_dir)}` (with fewer "
+                "trials at once, max_concurrent, or more memory)")
         elif _is_tracking_error(exc):
             raise TrackingUnavailable(
                 f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
@@ -538,7 +573,8 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
             raise
     finally:
         try:
-            signal.signal(signal.SIGTERM, sigterm)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
         except ValueError:
             pass
         release_reserve(run_dir)
@@ -580,27 +616,36 @@ def _without_ray_resume_hint(tracking: SweepTracking):
     the sweep's state (its traceback, on a full disk) is the driver's to say, in one line:
     it counts as a failed write to the sweep folder (callbacks.TrackingCallback stops the sweep)."""
     hint = logging.getLogger("ray.tune.tune")
-    drop = _DropMessage("Resume experiment with")
+    # And Tune's "Stop signal received (e.g. via SIGINT/Ctrl+C)", which names the wrong
+    # signal on a SIGTERM: the driver's "interrupted (SIGTERM)" line says it once stopped.
+    # Its "Trials did not complete: [...]" (and its analysis' "Failed to fetch metrics" of
+    # those) repeats what the FAILED lines and the summary already say.
+    drop = _DropMessage(("Resume experiment with", "Stop signal received", "Trials did not complete"))
+    analysis = logging.getLogger("ray.tune.analysis.experiment_analysis")
+    unfetched = _DropMessage("Failed to fetch metrics")
     state = logging.getLogger("ray.tune.execution.experiment_state")
     failed_save = _DropMessage("Saving experiment state", lambda: setattr(
         tracking.record, "journal_error", OSError("Ray Tune could not save the sweep's state")))
     hint.addFilter(drop)
     state.addFilter(failed_save)
+    analysis.addFilter(unfetched)
     try:
         yield
     finally:
         hint.removeFilter(drop)
         state.removeFilter(failed_save)
+        analysis.removeFilter(unfetched)
 
 
 class _DropMessage(logging.Filter):
-    def __init__(self, text: str, seen: Callable[[], None] | None = None):
+    def __init__(self, texts: str | tuple[str, ...], seen: Callable[[], None] | None = None):
         super().__init__()
-        self.text = text
+        self.texts = (texts,) if isinstance(texts, str) else texts
         self.seen = seen
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.text not in record.getMessage():
+        message = record.getMessage()
+        if not any(text in message for text in self.texts):
             return True
         if self.seen is not None:
             self.seen()
@@ -618,6 +663,22 @@ def _outage_line(tracking: SweepTracking, run_dir: Path) -> str:
             f"the sweep stopped and keeps {len(tracking.record.unsynced())} unsent MLflow write(s) in "
             f"{run_dir / RECORD_FILE}: "
             f"`{_resume_command(run_dir)}` once it is back")
+
+
+def _memory_monitor_kill(exc: BaseException) -> str | None:
+    """The one line for a trial's worker that Ray's memory monitor killed, where that is what
+    `exc` (or an exception it was raised from) is; else None."""
+    from ray.exceptions import OutOfMemoryError
+
+    from orchestration.run.callbacks import MEMORY_MONITOR, memory_monitor_line
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OutOfMemoryError):
+            return memory_monitor_line(str(exc)) or MEMORY_MONITOR
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _is_tracking_error(exc: BaseException) -> bool:

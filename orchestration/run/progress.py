@@ -14,7 +14,7 @@ from typing import Any
 from ray.tune import Callback
 
 from orchestration.run.callbacks import error_line
-from orchestration.run.trainable import failure
+from orchestration.run.trainable import ended, failure
 from orchestration.sweep.labels import fmt_lr, regime_label
 from orchestration.track.tracking import SweepTracking
 
@@ -108,10 +108,14 @@ class ProgressPrinter(Callback):
             self._print(self.status(trials))
 
     def on_trial_start(self, iteration: int, trials: list, trial, **info) -> None:
+        if ended(trial):  # restored from a lagging Tune state: it does not run (trainable.py)
+            return
         self._started = getattr(self, "_started", set()) | {trial.config["key"]}
         self._print(f"start   {trial.config['key']:<14} {describe(trial.config)}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+        if trial.config["key"] not in getattr(self, "_started", set()) and ended(trial):
+            return  # ended before this driver: restored from a lagging Tune state, not run (trainable.py)
         self._completed = getattr(self, "_completed", set()) | {trial.config["key"]}
         result = trial.last_result
         if failure(result):

@@ -19,6 +19,11 @@ LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker 
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
 # The key of a trial's last report when it failed for good: its one-line reason.
 FAILED = "trial_failed"
+# In the trial folder, written by the driver once the trial has ended for good (finished, or
+# failed the same way every run would): Tune's saved state may lag behind the driver's (it
+# is a snapshot; the driver may die or stop between the two), and a restored trial that
+# Tune still holds as running must not train again.
+ENDED_NAME = "ended"
 
 
 def final_error_types() -> tuple[type, ...]:
@@ -38,6 +43,28 @@ def final_error_types() -> tuple[type, ...]:
 def failure(result: dict[str, Any] | None) -> str | None:
     """The reason a trial ended itself as failed (its last report), else None."""
     return (result or {}).get(FAILED)
+
+
+def mark_ended(trial, status: str) -> None:
+    """On the driver: the trial ended for good (`status`: FINISHED or FAILED)."""
+    path = getattr(trial, "path", None)
+    if path and "://" not in str(path):
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            (Path(path) / ENDED_NAME).write_text(status + "\n")
+        except OSError:  # a full disk: a stale resume may then train it again, nothing worse
+            pass
+
+
+def ended(trial) -> str | None:
+    """How the trial ended for good, if the driver said so (mark_ended); else None."""
+    path = getattr(trial, "path", None)
+    if not path or "://" in str(path):
+        return None
+    try:
+        return (Path(path) / ENDED_NAME).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _file_log(path: Path):
@@ -89,6 +116,7 @@ def run_trial(config: dict[str, Any]) -> None:
 def _run_trial(config: dict[str, Any]) -> None:
     entered = time.perf_counter()
     from mtbert.config import ConfigError, build_config
+    from mtbert.errors import CheckpointUnreadable
     from mtbert.train import measure
     from mtbert.train.loop import train
 
@@ -100,6 +128,9 @@ def _run_trial(config: dict[str, Any]) -> None:
     trial_dir, elsewhere = _trial_folder()
     trial_dir.mkdir(parents=True, exist_ok=True)
     log = _file_log(trial_dir / LOG_NAME)
+    if (trial_dir / ENDED_NAME).is_file():  # restored from a Tune state older than its end
+        log(f"trial {config['key']} already ended ({(trial_dir / ENDED_NAME).read_text().strip()}); not run again")
+        return
     log(f"trial {config['key']} pid {os.getpid()}")
     if elsewhere:
         log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")
@@ -119,12 +150,33 @@ def _run_trial(config: dict[str, Any]) -> None:
     checkpoint = tune.get_checkpoint()
     # What this trial spent before train(): imports (a fresh worker's), config, folder.
     setup_s = time.perf_counter() - entered
-    if checkpoint is None:
-        train(cfg, reporter=reporter, output_dir=output_dir, log=log)
-    else:
-        with checkpoint.as_directory() as state_dir:
-            log(f"resuming from {checkpoint.path}")
-            train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+    if checkpoint is not None:
+        for candidate in _checkpoints(checkpoint):
+            with candidate.as_directory() as state_dir:
+                log(f"resuming from {candidate.path}")
+                try:
+                    return train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+                except CheckpointUnreadable as exc:
+                    log(f"warning: {exc}; trying the trial's next older checkpoint, else its start")
+        log("warning: no readable checkpoint; training this trial from its start")
+    train(cfg, reporter=reporter, output_dir=output_dir, log=log)
+
+
+def _checkpoints(latest) -> list:
+    """The checkpoint Tune restores, then the trial's other checkpoint folders, newest first:
+    where Tune's one (a file in it cut short by a kill or a full disk) cannot be read, the
+    trial continues from an older one, else from its start; retrying the unreadable one
+    only burned the trial's retries and failed it. Unreadable is CheckpointUnreadable
+    (mtbert/train/state.py), raised before the trial trains or reports anything."""
+    import pyarrow.fs
+
+    out = [latest]
+    if isinstance(latest.filesystem, pyarrow.fs.LocalFileSystem):
+        here = Path(latest.path)
+        older = sorted((p for p in here.parent.glob("checkpoint_*") if p.is_dir() and p.name < here.name),
+                       reverse=True)
+        out += [tune.Checkpoint.from_directory(str(p)) for p in older]
+    return out
 
 
 def keep_one_model(trial) -> None:

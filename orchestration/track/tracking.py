@@ -27,8 +27,11 @@ Names on a child run:
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
 
-A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record and
-is logged again at its step: the latest value per step wins when the history is read back.
+A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record.
+MLflow keeps one point per step where it can: a replay (the same scores, as a resume with
+the RNG states restored trains them) is not sent again, so a chart shows no second point;
+a re-run that trained differently is logged again at its step, and the latest value per
+step wins when the history is read back.
 """
 from __future__ import annotations
 
@@ -69,6 +72,23 @@ PERMANENT_CODES = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "RESOUR
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 
 
+class _LockedStoreNoise:
+    """MLflow's sqlite store logs an ERROR with two tracebacks for every call that found the
+    database locked past its busy timeout; the sync retries such calls and says so in one
+    line of its own (_Syncer), so these go."""
+
+    def filter(self, record) -> bool:
+        return "database is locked" not in record.getMessage()
+
+
+def _quiet_locked_store() -> None:
+    import logging
+
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _LockedStoreNoise) for f in logger.filters):
+        logger.addFilter(_LockedStoreNoise())
+
+
 def _quiet_http_env() -> None:
     # A tracking server that dies mid-sweep should cost seconds, not MLflow's default
     # minutes of retries per call.
@@ -76,6 +96,7 @@ def _quiet_http_env() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
     # MLflow prints two "View run" lines per closed run on a server: a wall of links.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    _quiet_locked_store()
 
 
 def _reason(exc: BaseException) -> str:
@@ -217,8 +238,8 @@ class SweepRecord:
         r = self.of(e["k"])
         if "epoch" in e:
             n = int(e["epoch"])
-            r["epochs"][n] = e["m"]
-            if n <= r["sent"]["cursor"]:  # an epoch run again: the run gets it again
+            before, r["epochs"][n] = r["epochs"].get(n), e["m"]
+            if n <= r["sent"]["cursor"] and _retrained(before, e["m"]):  # the run gets it again
                 r["sent"]["cursor"] = n - 1
         for target, fields in ((r, e.get("set", {})), (r["sent"], e.get("sent", {}))):
             for field, value in fields.items():  # a mapping (tags, metrics, texts) takes what it is given
@@ -303,6 +324,19 @@ class SweepRecord:
                         or sent.get("status") != t["status"]):
                     out.append(key)
             return out
+
+
+def _retrained(before: dict[str, float] | None, after: dict[str, float] | None) -> bool:
+    """Whether an epoch reported again trained differently from its first report (its
+    overall differs), rather than replaying it: only its timings then differ."""
+    from mtbert.figures import BEST_BY
+
+    if before is None or after is None:
+        return True
+    if before is after:
+        return False
+    a, b = before.get(BEST_BY), after.get(BEST_BY)
+    return a is None or b is None or not _same(a, b)
 
 
 def _unsent(sent: dict, tags: dict[str, str], metrics: dict[str, float]) -> tuple[dict, dict]:
@@ -391,14 +425,20 @@ class _Syncer:
                 self._busy = None
                 if failed is not None and getattr(failed, "error_code", None) not in PERMANENT_CODES:
                     self._dirty = {key: None, **self._dirty}  # first again, once the store is back
-                    self.outage_since = self.outage_since or time.monotonic()
                     self.last_error = _reason(failed)
+                    if self.outage_since is None:
+                        self.outage_since = time.monotonic()
+                        what = "locked" if self.last_error == "database is locked" else "away"
+                        print(f"tracking store {what} ({self.last_error}); the trials go on and their MLflow "
+                              f"writes are retried for up to {self.outage_s:.0f}s (tracking.outage_s)", flush=True)
                     self._cond.notify_all()
                     self._cond.wait(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 if failed is not None:
                     print(f"warning: MLflow refused a write for {key}: {_reason(failed)}")
+                elif self.outage_since is not None:
+                    print("tracking store back; the waiting MLflow writes follow", flush=True)
                 self.outage_since, backoff = None, FIRST_BACKOFF_S
                 self._cond.notify_all()
 
@@ -531,23 +571,38 @@ class SweepTracking:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: str, sweep_name: str,
               tags: dict[str, str], commit: str | None, state_dir: str | Path | None = None,
-              outage_s: float = 180.0, view: dict | None = None) -> "SweepTracking":
-        """`view`: the keyword arguments of view.save_runs_view (the table the link opens)."""
+              outage_s: float = 180.0, view: dict | None = None,
+              log: Callable[[str], None] = print) -> "SweepTracking":
+        """`view`: the keyword arguments of view.save_runs_view (the table the link opens).
+        The store going away between the startup check and the parent run is ridden out as
+        later outages are (_until_back); a store that says no is one line."""
         from mlflow.tracking import MlflowClient
 
         _quiet_http_env()
         client = MlflowClient(uri)
-        found = client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else client.create_experiment(
-            experiment, artifact_location=_artifact_location(uri, experiment))
-        mark_experiment(client, experiment_id)  # [view] UI opens on model training
-        if view:
-            save_runs_view(client, experiment_id, **view)  # [view] the scores view
         all_tags = {"sweep": sweep_name, SWEEP_RUN_TAG: run_name, "role": "sweep",
                     **({"git_commit": commit} if commit else {}), **tags}
         source = source_tags(tags.get("sweep_file"), commit)  # [describe]
-        run = client.create_run(experiment_id, run_name=run_name, tags={**all_tags, **source})
-        tracking = cls(uri, experiment_id, run.info.run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
+        tried = []
+
+        def open_parent() -> tuple[str, str]:
+            found = client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else client.create_experiment(
+                experiment, artifact_location=_artifact_location(uri, experiment))
+            mark_experiment(client, experiment_id)  # [view] UI opens on model training
+            if view:
+                save_runs_view(client, experiment_id, **view)  # [view] the scores view
+            if tried:  # a create whose answer was lost may have made it
+                mine = client.search_runs([experiment_id], max_results=1, filter_string=(
+                    f"tags.`{SWEEP_RUN_TAG}` = '{run_name}' and tags.role = 'sweep' and attributes.status = 'RUNNING'"))
+                if mine:
+                    return experiment_id, mine[0].info.run_id
+            tried.append(True)
+            return experiment_id, client.create_run(experiment_id, run_name=run_name,
+                                                    tags={**all_tags, **source}).info.run_id
+
+        experiment_id, run_id = _until_back(open_parent, uri, outage_s, log)
+        tracking = cls(uri, experiment_id, run_id, sweep_name, commit, state_dir, outage_s, fresh=True,
                        run_name=run_name)
         tracking.source_tags = source
         sent = {"tags": {**all_tags, **source}, "status": "RUNNING"}
@@ -697,7 +752,7 @@ class SweepTracking:
         with record.lock:  # an epoch run again during this sync is sent by the next one
             lowered = t["sent"]["cursor"] if t["sent"]["cursor"] < sent["cursor"] else math.inf
             cursor = min(max(epochs, default=sent["cursor"]), lowered,
-                         *(n - 1 for n, m in epochs.items() if t["epochs"].get(n) is not m))
+                         *(n - 1 for n, m in epochs.items() if _retrained(m, t["epochs"].get(n))))
             record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
                                               "tags": new_tags, "metrics": new_metrics}})
         if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores
@@ -755,6 +810,35 @@ class SweepTracking:
                 break
         self.sync_s += time.perf_counter() - t0
         return out
+
+
+def _until_back(call: Callable[[], Any], uri: str, outage_s: float, log: Callable[[str], None]) -> Any:
+    """`call` (MLflow calls made before the sweep has a parent run, so before the sync thread
+    can hold them) retried while the store is away, with the sync thread's backoff and
+    outage limit; one line when it starts failing, one line when it gives up or the store
+    says no (PERMANENT_CODES), never a traceback."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    backoff, since = FIRST_BACKOFF_S, None
+    while True:
+        try:
+            return call()
+        except (MlflowException, requests.RequestException) as exc:
+            if getattr(exc, "error_code", None) in PERMANENT_CODES:
+                raise TrackingUnavailable(f"tracking store {uri} refused to open the sweep's parent run: "
+                                          f"{_reason(exc)}") from None
+            if since is None:
+                since = time.monotonic()
+                log(f"tracking store {uri} away before the sweep's parent run existed ({_reason(exc)}); "
+                    f"retrying for up to {outage_s:.0f}s (tracking.outage_s)")
+            elif time.monotonic() - since > outage_s:
+                raise TrackingUnavailable(
+                    f"tracking store {uri} unreachable for {time.monotonic() - since:.0f}s ({_reason(exc)}) "
+                    "before the sweep's parent run existed; no trial ran: run the sweep again once it is back"
+                ) from None
+            time.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
 
 
 def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],

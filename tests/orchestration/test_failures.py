@@ -85,3 +85,26 @@ def test_the_ray_developer_api_the_trainable_reads_is_there():
     assert hasattr(StorageContext, "trial_fs_path"), "ray.train StorageContext.trial_fs_path is gone"
     assert "self.storage_filesystem" in inspect.getsource(StorageContext.__init__), \
         "ray.train StorageContext.storage_filesystem is gone"
+
+
+def test_a_memory_monitor_kill_escaping_tune_is_named():
+    """Tune 2.60 lets a trial's OutOfMemoryError escape Tuner.fit() wrapped in a RuntimeError
+    (its actor manager's "Caught unexpected exception") when the monitor kills a worker at
+    some moments; the kill of test_faults comes the usual way, so this path is checked with
+    Ray's own exception, raised and wrapped as Tune does."""
+    from ray.exceptions import OutOfMemoryError
+
+    from orchestration.run.launch import _memory_monitor_kill
+
+    report = ("Task was killed due to the node running low on memory.\nMemory on the node was 3GB / 4GB\n"
+              "OOM kill reason: Memory usage 3221225472B exceeded threshold of 3006477107B (70.0% of 4GB limit)\n")
+    try:
+        try:
+            raise OutOfMemoryError(report)
+        except OutOfMemoryError as oom:
+            raise RuntimeError(f"Caught unexpected exception: {oom}") from oom
+    except RuntimeError as escaped:
+        line = _memory_monitor_kill(escaped)
+    assert line == ("killed by Ray's memory monitor: Memory usage 3221225472B exceeded threshold of "
+                    "3006477107B (70.0% of 4GB limit)")
+    assert _memory_monitor_kill(RuntimeError("CUDA error: out of memory")) is None

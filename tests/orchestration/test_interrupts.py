@@ -30,8 +30,7 @@ def _epoch_lines(run_dir: Path) -> int:
     return sum(log.read_text().count(" epoch ") for log in run_dir.glob("*/train.log"))
 
 
-# SIGTERM to the whole group also ends Ray's own processes before the driver can stop its
-# trials (Ray dies, "The program will terminate"): not covered yet.
+# SIGTERM to the whole group: test_sigterm_to_the_process_group_then_resume.
 @pytest.mark.parametrize("sig", [signal.SIGINT], ids=["SIGINT"])
 def test_signal_then_resume(tmp_path, sig):
     log = tmp_path / "driver.log"
@@ -79,6 +78,60 @@ def test_signal_then_resume(tmp_path, sig):
     assert {"pareto.png", "leaderboard.md", "leaderboard.csv"} <= artifacts
     board = Path(client.download_artifacts(parents[0].info.run_id, "leaderboard.md", str(tmp_path))).read_text()
     assert "I-I-I k=all*" in board and "‡" not in board.split("\n\n")[0]  # no row left interrupted
+
+
+def _one_point_per_step(client, children) -> None:
+    """Each epoch once in MLflow's history of a run, however often it was run."""
+    for run in children:
+        steps = [h.step for h in client.get_metric_history(run.info.run_id, "epoch/overall")]
+        assert sorted(steps) == list(range(1, int(run.data.metrics["epochs_run"]) + 1)), (run.info.run_name, steps)
+
+
+def test_sigterm_to_the_process_group_then_resume(tmp_path):
+    """SIGTERM to every process of the driver's group, as SLURM's scancel, the end of a job step
+    or a closing terminal sends it: Ray's own processes must not die under the driver. It
+    closes its runs (parent and running trials KILLED, never FINISHED), prints its summary
+    and exits well within a 30 s grace period; `sweep resume` then finishes every trial once."""
+    sweep = write_sweep(tmp_path / "term.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                        base={"train": {"epochs": 3}, "sampling": {"steps_per_epoch": 80}},
+                        max_concurrent=2, tracking={"experiment": "term", **NO_MODEL})
+    log = tmp_path / "driver.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mtbert.cli", "sweep", "run", str(sweep), "--name", "term",
+                                 "--num-cpus", "2"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                env=cli_env(), start_new_session=True)
+    family: list[int] = []
+    try:
+        _wait_for(lambda: _epoch_lines(tmp_path / "runs" / "term") >= 1, 240, "a first epoch", proc, log)
+        family = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGTERM)
+        t0 = time.monotonic()
+        code = proc.wait(60)
+        took = time.monotonic() - t0
+    finally:
+        stop_pids([proc.pid, *family, *descendants(proc.pid)], grace_s=5)
+    text = log.read_text()
+    assert code != 0 and took < 20, (code, took, text[-3000:])
+    for noise in ("Traceback", "Failed to connect to GCS", "marked dead", "Stop signal received", "Tuner.restore"):
+        assert noise not in text, (noise, text[-4000:])
+    assert "interrupted (SIGTERM); continue with" in text and "mtbert sweep resume term --storage" in text, text
+    assert re.search(r"sweep term KILLED in .*: \d+ trials, \d+ finished", text), text[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client, parents, children = sweep_runs(uri, "term")
+    assert parents[0].info.status == "KILLED"
+    assert children and not [r for r in children if r.info.status == "RUNNING"]
+    interrupted = [r for r in children if r.info.status != "FINISHED"]
+    assert interrupted, [(r.info.run_name, r.info.status) for r in children]
+    for run in interrupted:
+        assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
+
+    done = run_cli(["sweep", "resume", "term", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    client, parents, children = sweep_runs(uri, "term")
+    check_children(client, parents[0], children, n=2)  # every trial FINISHED once
+    assert parents[0].info.status == "FINISHED"
+    assert all(r.data.metrics["epochs_run"] == 3 for r in children)
+    _one_point_per_step(client, children)  # the interrupted epoch, run again, is not a second point
 
 
 def test_two_sweeps_at_once_on_a_new_sqlite_store(tmp_path):

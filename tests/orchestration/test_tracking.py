@@ -153,6 +153,14 @@ def test_resumed_trial_continues_its_own_run(swept):
     final = revived.finish(trials["p000-s0"], "FINISHED")
     assert revived.flush()
     assert final["overall"] == 0.50 and final["best_epoch"] == 2
+    points = revived.client.get_metric_history(run_id, "epoch/overall")
+    # A replay of an epoch (the same scores, other timings: a resume with the RNG restored)
+    # adds no point; each re-run that trained differently added one.
+    replayed = len(points)
+    revived.log_epoch("p000-s0", report(2, 0.50, 6.5, 1.0, (0.50, 2)))
+    assert revived.flush()
+    assert len(revived.client.get_metric_history(run_id, "epoch/overall")) == replayed
+    assert revived.history("p000-s0")[2]["epoch_time_s"] == 6.5  # the record has the latest
 
 
 def test_no_run_left_running(swept):

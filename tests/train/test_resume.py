@@ -163,6 +163,23 @@ def test_resume_without_a_previous_run_is_one_line(tmp_path):
     assert proc.stderr.strip().startswith("mtbert: error: --resume:") and "Traceback" not in proc.stderr
 
 
+def test_resume_from_a_state_cut_short_is_one_line_naming_it(tmp_path):
+    """`mtbert train --resume` on a last/state.pt that a kill cut in half: one line naming the
+    file (a sweep trial goes on from an older checkpoint or its start instead: test_faults)."""
+    state = tmp_path / "run" / "last" / STATE_FILE
+    state.parent.mkdir(parents=True)
+    torch.save({"epoch": 1, "weights": torch.zeros(4096)}, state)
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    proc = subprocess.run([sys.executable, "-m", "mtbert.cli", "train", "--output", str(tmp_path / "run"),
+                           "--resume", "--set", "data.synthetic.train_size=40", "--set", "model.max_length=32"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"mtbert: error: {state}: unreadable ("), line
+
+
 # A run that learns steadily (seeds 0-7 each saved a later best epoch, in fp32 and in bf16): a
 # later best epoch must be there to save, whatever the draws; SMALL's six steps an epoch are
 # mostly noise.
