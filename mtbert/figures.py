@@ -31,6 +31,9 @@ from mtbert.errors import did_you_mean
 
 # The report key under which train() hands over its summary of the epochs so far.
 SUMMARY_KEY = "summary"
+# The report key of what the run computes on and in ({"device": ..., "precision": ...}): words,
+# not figures; a sweep tags its trial's run with them.
+WHERE_KEY = "where"
 # The name pattern of each task's score: its TaskSpec.metric_name.
 TASK_SCORE = "{metric}"
 # The figure whose maximum picks the best epoch.

@@ -8,11 +8,13 @@ import sys
 
 import pandas as pd
 import pytest
+import torch
 
 from mtbert import figures
 from mtbert.config import build_config, merge
 from mtbert.tasks import TASKS, TaskSpec, register_task
 from mtbert.train import loop
+from mtbert.train.precision import label
 from orchestration.report import leaderboard as board
 from orchestration.sweep.spec import load_sweep
 from orchestration.track import tracking
@@ -59,7 +61,9 @@ def test_train_reports_every_figure_it_declares_and_its_own_summary(tmp_path):
     tasks = list(result.config["tasks"])
     assert [m["epoch"] for m in sent] == [1, 2, 3]
     for i, report in enumerate(sent):
-        epoch = {k: v for k, v in report.items() if k not in (figures.SUMMARY_KEY, "timings")}
+        epoch = {k: v for k, v in report.items() if k not in (figures.SUMMARY_KEY, figures.WHERE_KEY, "timings")}
+        # Words, not figures: what the run computed on and in (bf16 or fp32 by this CPU).
+        assert report[figures.WHERE_KEY] == {"device": "cpu", "precision": label("auto", torch.device("cpu"))}
         assert all(figures.get(k).epoch for k in epoch), epoch
         assert epoch == result.epochs[i]
         # What the run's metrics would be, had it stopped here (a scheduler's stop never returns).

@@ -393,7 +393,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
                 save_atomic(state, out_dir / "last" / STATE_FILE)
         if reporter is not None:
             # The summary rides every report: a trial its scheduler stops never returns.
-            _report(reporter, {**m, figures.SUMMARY_KEY: summary, **where}, state, config_text, out_dir, phase,
+            _report(reporter, {**m, figures.SUMMARY_KEY: summary, figures.WHERE_KEY: where}, state, config_text, out_dir, phase,
                     timer.elapsed)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "

@@ -652,15 +652,16 @@ class SweepTracking:
 
     def log_epoch(self, key: str, result: dict[str, Any]) -> dict[str, float]:
         """One report: its figures (at step=epoch) and the node it ran on, into the record."""
-        from mtbert.figures import SUMMARY_KEY
+        from mtbert.figures import SUMMARY_KEY, WHERE_KEY
 
         metrics = epoch_metrics(result)
         entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
         summary = result.get(SUMMARY_KEY)
         if isinstance(summary, dict):  # train()'s own word on its epochs so far
             entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _is_number(v)}
-        node = {k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip"), ("device", "device"),
-                                               ("precision", "precision")) if result.get(r)}
+        where = result.get(WHERE_KEY) if isinstance(result.get(WHERE_KEY), dict) else {}
+        node = {**{k: str(result[r]) for k, r in (("node", "hostname"), ("node_ip", "node_ip")) if result.get(r)},
+                **{k: str(v) for k, v in where.items() if v}}
         if any(self.record.of(key)["tags"].get(k) != v for k, v in node.items()):
             entry["set"]["tags"] = node
         self.record.change(entry)
