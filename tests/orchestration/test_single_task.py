@@ -81,7 +81,6 @@ def test_a_sweep_logs_delta_m_against_its_single_task_runs(tmp_path, monkeypatch
     assert main(["leaderboard", "--experiment", "single", "--tracking-uri", uri]) == 0
     text = capsys.readouterr().out
     assert "| Δm% |" in text and "| frozen reference |" in text and "| single-task sst |" in text, text
-    print(text)
     assert main(["best", "--experiment", "single", "--tracking-uri", uri]) == 0
     best = [line for line in capsys.readouterr().out.splitlines() if "best configuration" in line]
     assert best and "single-" not in best[0], best
