@@ -9,6 +9,7 @@ Comparisons (each prints sequences/s of both arms and their ratio):
                    data, tuple sampling.
   bi-vs-cross      pairs.encoding: bi vs cross (real step).
   pcgrad-on-vs-off loss.weighting: pcgrad vs static (real step, tuple sampling).
+  famo-vs-static   loss.weighting: famo vs static (real step, tuple sampling).
   buckets          train.length_buckets on vs off (one padded batch), real step, with the
                    padding each leaves, for 3-bert and 1-bert.
 Arms alternate in rounds so that machine noise hits both alike; only ratios are stable.
@@ -134,7 +135,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="tiny,minilm")
-    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off,buckets")
+    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off,famo-vs-static,buckets")
     # One thread by default: on a small shared machine, intra-op threads that wait on each
     # other turn load from other processes into 10x swings that no alternation can cancel.
     ap.add_argument("--threads", type=int, default=1)
@@ -157,6 +158,9 @@ def main() -> None:
         if "pcgrad-on-vs-off" in only:
             compare("pcgrad on vs off", Arm("pcgrad", raw, {"loss.weighting": "pcgrad"}),
                     Arm("plain", raw, {}), args.steps, args.rounds)
+        if "famo-vs-static" in only:  # FAMO's claim: O(1) extra work, no per-task backward
+            compare("famo vs static", Arm("famo", raw, {"loss.weighting": "famo"}),
+                    Arm("static", raw, {}), args.steps, args.rounds)
         if "buckets" in only:
             for k, name in ((0, "3-bert"), (None, "1-bert")):
                 on = Arm("buckets", raw, {"train.length_buckets": True, "sharing.encoder_shared_layers": k})

@@ -235,7 +235,7 @@ class LossConfig:
     weights: dict[str, float] | None = None
     # How the per-task losses become one update: a method of mtbert/train/weighting/, by name
     # (`weighting: dwa`) or with its settings (`weighting: {name: cagrad, c: 0.4}`).
-    # static = sum of loss.weights x loss. pcgrad, gradnorm and cagrad need sampling.strategy: tuple.
+    # static = sum of loss.weights x loss. pcgrad, gradnorm, famo and cagrad need sampling.strategy: tuple.
     weighting: Annotated[Settings, WEIGHTINGS] = field(default_factory=lambda: Settings(WEIGHTINGS.default))
     # Older spelling of `weighting: pcgrad`, kept so existing sweeps run unchanged.
     pcgrad: bool = False

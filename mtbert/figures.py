@@ -245,6 +245,9 @@ for _figure in (
            ".1f", epoch=False, sweep=True, board="on request", header="TM time (s)"),
     Figure("tm_flops", "training FLOPs on the full-epoch-budget basis", "min", ".2e", epoch=False, sweep=True,
            board="on request", header="TM FLOPs"),
+    Figure("delta_m", "Delta_m%: the mean over tasks of the signed relative change of each task's score "
+           "against the same task trained alone (a sweep's single_task runs; mtbert.train.metrics.delta_m)",
+           "max", "+.2f", epoch=False, sweep=True, view=True, board="on request", header="Δm%"),
     Figure("overall_cs224n", "overall with STS mapped to (r+1)/2 (the CS224N leaderboard's)", "max",
            summary="best", search=True),
     Figure("best_overall", "the best overall so far (a sweep's default search metric)", "max", search=True),

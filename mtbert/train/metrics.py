@@ -34,6 +34,20 @@ def overall(scores: Sequence[float]) -> float:
     return float(np.mean(list(scores))) if len(scores) else float("nan")
 
 
+def delta_m(scores: Mapping[str, float], single: Mapping[str, float], lower_is_better: Mapping[str, bool]) -> float:
+    """Delta_m%, the multitask field's yardstick (Maninis et al. 2019; Vandenhende et al.):
+    the mean over tasks of each task's relative change against the model trained on that task
+    alone, signed so that better is positive,
+
+        Delta_m = 100 / T * sum_t (-1)^{l_t} (M_t - M_single,t) / M_single,t
+
+    with l_t = 1 where lower is better. `scores` and `single` map each task's metric name to
+    its value; every metric of `single` must be in `scores` and nonzero in `single`.
+    """
+    terms = [(-1 if lower_is_better[m] else 1) * (scores[m] - ref) / ref for m, ref in single.items()]
+    return 100 * sum(terms) / len(terms)
+
+
 def tm_relative_score(run: Mapping[str, float], baseline: Mapping[str, float]) -> float:
     """Time- and memory-relative overall score (mops paper, section 4.2):
 

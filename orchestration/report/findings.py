@@ -33,7 +33,7 @@ from orchestration.report.leaderboard import _col
 from orchestration.report.verdicts import (INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, claim_alphas, decide,
                                     rate_caption, row)
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
-from orchestration.sweep.labels import parse_param
+from orchestration.sweep.labels import YARDSTICKS, parse_param
 
 
 # --------------------------------------------------------------------------- reading
@@ -119,8 +119,8 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
 
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
     keep = pd.Series(True, index=runs.index)
-    if "role" not in selector:  # the frozen reference shares keys with real rows (k = null): named only
-        keep &= _col(runs, "tags.role") != "reference"
+    if "role" not in selector:  # the yardsticks share keys with real rows (k = null): named only
+        keep &= ~_col(runs, "tags.role").isin(YARDSTICKS)
     for key, want in selector.items():
         if key in ("experiment", "role"):
             keep &= _col(runs, "experiment" if key == "experiment" else "tags.role").map(lambda v, w=want: v == w)

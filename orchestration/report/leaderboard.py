@@ -48,13 +48,15 @@ from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.report import export
 from orchestration.report.export import Cell
 from orchestration.stats import paired_delta, t_quantile
-from orchestration.sweep.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.sweep.labels import OWN_COLUMNS, SINGLE_TASK, STANDS_FOR, YARDSTICKS, fmt_lr, fmt_weighting, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
 # The papers' names of the task scores; the other figures' headers: mtbert/figures.py.
 TASK_LABELS = {"sst_acc": "SC acc.", "para_acc": "PD acc.", "sts_corr": "STS corr."}
 DELTA_METRIC = "overall"  # the Δ-vs-baseline column: paired by seed
 REFERENCE_LABEL = "frozen reference"
+SINGLE_TASK_LABEL = "single-task"  # a single-task row's label: `single-task sst`
+DELTA_M = "delta_m"  # Δm% vs the single-task runs: a default column where any row has it
 TM_COLUMNS = {"compute": "tm_relative_score_compute", "wall": "tm_relative_score"}
 # (max − min) / min of a configuration's train times (full-budget basis) above which its
 # wall-clock TM score is marked as the machine's as much as the configuration's.
@@ -586,6 +588,8 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
                                                      for stat in ("median", "min", "max")})
         table = pd.concat([table, rest.reindex(columns=table.columns)], ignore_index=True)
     table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
+    single = table["role"] == SINGLE_TASK
+    table.loc[single, "regime"] = SINGLE_TASK_LABEL + " " + table.loc[single, "variant"].str.removeprefix("single-")
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
     table.attrs["tm_score"] = tm_choice(parent_tags, runs)
@@ -697,6 +701,8 @@ def default_columns(table: pd.DataFrame, fmt: str = "md") -> list[str]:
     figs = [f.name for f in figures.on_board(table.attrs.get("task_metrics", []))
             if f.board == "shown" and f.name not in TM_COLUMNS.values()]
     figs = [k for key in figs for k in ([key, DELTA_COLUMN] if key == DELTA_METRIC and with_delta else [key])]
+    if DELTA_M in table.columns and bool(table[DELTA_M].notna().any()):  # the sweep ran single-task rows
+        figs.insert(figs.index(DELTA_COLUMN if DELTA_COLUMN in figs else DELTA_METRIC) + 1, DELTA_M)
     return ["regime", *labels, *figs, *tms, *n]
 
 
@@ -732,7 +738,7 @@ def _bold(table: pd.DataFrame, rows: list[list[Cell]], columns: list[Column]) ->
     """Bold the best value of each column with a direction (its shown digits: ties are all
     bold) among the finished configurations, the frozen reference aside (a yardstick, not a
     contender); not where fewer than two compete or all show the same. True if any is bold."""
-    candidates = ((table["status"] == "finished") & (table["role"] != "reference")).to_numpy()
+    candidates = ((table["status"] == "finished") & ~table["role"].isin(YARDSTICKS)).to_numpy()
     any_bold = False
     for j, c in enumerate(columns):
         if not c.better or c.key not in table.columns:
@@ -775,7 +781,7 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
     if ref.empty:
         return None
     ref = ref.iloc[0]
-    others = finished[finished["role"] != "reference"]
+    others = finished[~finished["role"].isin(YARDSTICKS)]
     out = {}
     for metric in ["overall", *table.attrs.get("task_metrics", [])]:
         if metric not in table or pd.isna(ref[metric]):
@@ -809,6 +815,8 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
         ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
         (DELTA_COLUMN in keys, f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran)."),
+        (DELTA_M in keys, "Δm%: mean over tasks of the relative change of each task score against the same "
+         "task trained alone (the single-task rows), same seed; positive = better than alone."),
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
         (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
          + " or ".join(costs[k] for k in tms) + "."),
@@ -828,7 +836,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         rows = [f"{name}: {', '.join(labels) if labels else 'none'}" for name, labels in below.items()]
         parts.append(f"{REFERENCE_LABEL}: encoder frozen, linear heads; rows whose mean is below it: "
                      + "; ".join(rows) + ".")
-        trained = int(((finished["role"] != "reference")).sum())
+        trained = int((~finished["role"].isin(YARDSTICKS)).sum())
         beaten = [name for name, labels in below.items() if trained and len(labels) == trained]
         if beaten:
             parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "

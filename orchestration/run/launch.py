@@ -379,7 +379,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     trials = (f"{len(planner.fixed_trials())} trials in the first round, up to {total} (seeds "
               f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)"
               if adaptive else f"{total} trials ({len(sweep.seeds)} baseline"
-              f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''})")
+              f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''}"
+              f"{f', {len(sweep.seeds) * len(sweep.single_task)} single-task' if sweep.single_task else ''})")
     apart = f" (--smoke: apart from '{experiment.removesuffix(SMOKE_SUFFIX)}')" if sweep.smoke else ""
     log(f"sweep {run_name}: {trials}, {sweep.spec.search.algorithm} search, "
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}'{apart} "

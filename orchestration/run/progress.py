@@ -31,6 +31,8 @@ def describe(config: dict[str, Any]) -> str:
     flat = flatten(config.get("config", {}))
     if config.get("role") == "reference":  # its dozen overrides are mtbert.config.REFERENCE: one name
         return "frozen reference"
+    if config.get("role") == "single_task":
+        return f"single-task {flat['tasks'][0]}"
     label = regime_label(flat, list(config.get("values", {})), {})
     return f"{label} lr={fmt_lr(flat.get('optim.lr'))}"
 

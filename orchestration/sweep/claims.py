@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
+from orchestration.sweep.labels import YARDSTICKS
 
 RELATIONS = (">", "<", "≈")
 SPELLINGS = {"~": "≈"}  # ASCII for ≈
@@ -95,7 +96,7 @@ def _value(flat: Mapping[str, Any], key: str) -> Any:
 
 def matches(flat: Mapping[str, Any], selector: Mapping[str, Any]) -> bool:
     """Does a configuration (its flattened config plus `role` and `experiment`) fit a selector?"""
-    if "role" not in selector and flat.get("role") == "reference":
+    if "role" not in selector and flat.get("role") in YARDSTICKS:
         return False
     for key, want in selector.items():
         have = _value(flat, key)

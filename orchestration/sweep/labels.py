@@ -15,6 +15,14 @@ OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr
 # config at that seed is the baseline's own, comma-joined; trained once, as the baseline.
 STANDS_FOR = "stands_for"
 REFERENCE = "reference"  # variant and role of the frozen reference (a sweep's `reference:`), a yardstick
+# Role of the runs that train one task alone (a sweep's `single_task: true`), variant
+# single-<task>: the yardstick of Delta_m%, never a contender.
+SINGLE_TASK = "single_task"
+YARDSTICKS = (REFERENCE, SINGLE_TASK)
+
+
+def single_task_variant(task: str) -> str:
+    return f"single-{task}"
 SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
                "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",

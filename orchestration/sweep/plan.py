@@ -25,7 +25,7 @@ from ray.tune.search.variant_generator import generate_variants
 
 from mtbert.config import ConfigError
 from orchestration.errors import SweepError
-from orchestration.sweep.labels import REFERENCE, STANDS_FOR
+from orchestration.sweep.labels import REFERENCE, SINGLE_TASK, STANDS_FOR, single_task_variant
 from orchestration.sweep.spec import SMOKE_MAX_POINTS, Sweep
 
 BASELINE = "baseline"
@@ -87,8 +87,8 @@ class Planner:
         return points
 
     def fixed_trials(self) -> list[dict[str, Any]]:
-        """Baseline trials first (so their scores exist early), then the frozen reference (if
-        the sweep asks for it), then the expanded points under every seed. Optuna sweeps get
+        """Baseline trials first (so their scores exist early), then the frozen reference and
+        the single-task trials (if the sweep asks for them), then the expanded points under every seed. Optuna sweeps get
         only the baselines and the reference here. Built (and validated) once."""
         if self._fixed is None:
             self._fixed = self._expand()
@@ -100,6 +100,8 @@ class Planner:
         baselines = {t["seed"]: t for t in trials}
         if self.sweep.reference is not None:
             trials += [self.trial(REFERENCE, REFERENCE, self.sweep.reference, s) for s in seeds]
+        for task, overrides in self.sweep.single_task.items():
+            trials += [self.trial(single_task_variant(task), SINGLE_TASK, overrides, s) for s in seeds]
         if self.sweep.spec.search.algorithm == "optuna":
             return trials
         points = self.search_values()

@@ -114,6 +114,9 @@ class SweepFile:
     # true = the frozen reference runs beside the sweep under each seed; a mapping = the same,
     # with these config overrides on top of it (e.g. {train.epochs: 10}).
     reference: bool | dict[str, Any] = False
+    # true = each task of the base config also trains alone, under each seed (same encoder,
+    # recipe and budget, static weighting): the single-task scores that Delta_m% is taken against.
+    single_task: bool = False
     seeds: Any = None  # a list (null = [base train.seed]) or adaptive {start, max, budget}: parse_seeds
     claims: Any = None  # a list of claims: orchestration/sweep/claims.py
     verdicts: VerdictsSpec = field(default_factory=VerdictsSpec)  # how the claims are judged
@@ -164,6 +167,24 @@ SMOKE_SUFFIX = "-smoke"  # of a --smoke run's MLflow experiment: `<experiment>-s
 DEPTH_KEYS = ("sharing.encoder_shared_layers", "freeze.layers")
 
 
+def single_task_overrides(task: str, base: dict[str, Any]) -> dict[str, Any]:
+    """One task of the (nested, validated) base config trained alone: with one loss there is
+    nothing to weigh, so static weighting (the weight 1) whatever method the multitask rows
+    use; with one head no head is shared or cascaded; what the base says of the other tasks
+    (their options, their files, the STS head) is dropped."""
+    out: dict[str, Any] = {"tasks": [task], "loss.weighting": "static", "loss.weights": None,
+                           "loss.pcgrad": False, "sharing.cascade": "none", "sharing.head_share_tasks": None}
+    if "task_options" in base:
+        out["task_options"] = {t: o for t, o in base["task_options"].items() if t == task}
+    if (base.get("heads") or {}).get("task_dropout"):
+        out["heads.task_dropout"] = {t: p for t, p in base["heads"]["task_dropout"].items() if t == task} or None
+    if "files" in base.get("data", {}):
+        out["data.files"] = {t: f for t, f in base["data"]["files"].items() if t == task}
+    if task != "sts":
+        out["sts.head"] = None
+    return out
+
+
 def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The frozen reference inside a sweep: mtbert.config.REFERENCE without its own training
     budget (the sweep's epochs and steps apply, so the row is read at the same budget), with
@@ -189,6 +210,8 @@ class Sweep:
     baseline: dict[str, Any]  # dotted overrides of the baseline trial
     seeds: list[int]  # the first round's under adaptive seeds (0 .. start-1)
     reference: dict[str, Any] | None = None  # dotted overrides of the frozen-reference trial
+    # task -> dotted overrides of the trial that trains it alone (`single_task: true`)
+    single_task: dict[str, dict[str, Any]] = field(default_factory=dict)
     claims: list = field(default_factory=list)  # orchestration.sweep.claims.Claim, experiment filled in
     adaptive: AdaptiveSeeds | None = None  # None: every configuration runs every seed of `seeds`
     smoke: bool = False
@@ -315,7 +338,8 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         reference = reference_overrides(spec.reference if isinstance(spec.reference, dict) else None)
     sweep = Sweep(source=where, text=text, name=name, spec=spec, base=base, dims=dims,
                   baseline=dotted(spec.baseline or {}), seeds=list(seeds), smoke=smoke, notes=notes,
-                  reference=reference, adaptive=adaptive)
+                  reference=reference, adaptive=adaptive,
+                  single_task={t: single_task_overrides(t, base) for t in base_cfg.tasks} if spec.single_task else {})
     _check_configs(sweep, where)
     _check_search(sweep, where, base_cfg.tasks)
     _check_scheduler(sweep, where, full_budget)
@@ -579,7 +603,8 @@ def _check_configs(sweep: Sweep, where: str) -> None:
     """Every value of every dimension, the baseline and the reference, as full trial configs."""
     for dim in sweep.dims:
         _check_values(dim, lambda overrides: sweep.config_for(overrides, sweep.seeds[0]))
-    for name, overrides in (("baseline", sweep.baseline), ("reference", sweep.reference)):
+    single = {f"single_task: {task}": overrides for task, overrides in sweep.single_task.items()}
+    for name, overrides in (("baseline", sweep.baseline), ("reference", sweep.reference), *single.items()):
         if overrides is None:
             continue
         try:

@@ -201,11 +201,13 @@ def best_configuration(runs: list, include_reference: bool = False) -> list:
     best run. Ties go to the configuration with more seeds. The frozen reference (role
     `reference`) is a yardstick, not a contender: left out unless `include_reference`, so the
     summary line, the parent's best_config tag and the registered model never name it."""
-    from orchestration.sweep.labels import REFERENCE
+    from orchestration.sweep.labels import REFERENCE, SINGLE_TASK
 
     groups: dict[str, list] = {}
     for run in runs:
-        if not include_reference and run.data.tags.get("role") == REFERENCE:
+        role = run.data.tags.get("role")
+        # A single-task run never competes: it has one task's head, not a multitask model.
+        if role == SINGLE_TASK or (not include_reference and role == REFERENCE):
             continue
         if run.info.status == "FINISHED" and "overall" in run.data.metrics:
             groups.setdefault(run.data.tags.get("variant") or run.info.run_id, []).append(run)

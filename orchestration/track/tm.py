@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from mtbert.train.metrics import tm_relative_score
+from mtbert import figures
+from mtbert.train.metrics import delta_m, tm_relative_score
 
 MEASURED = "measured"
 PROJECTED = "projected_full_budget"
@@ -67,3 +68,43 @@ def trial_tm(trial: Mapping[str, float], baseline: Mapping[str, float], time_key
 def mean_reference(baselines: list[Mapping[str, float]]) -> dict[str, float]:
     keys = ("overall", "tm_time_s", "model_size_mb", "tm_flops")
     return {k: sum(b[k] for b in baselines) / len(baselines) for k in keys if all(k in b for b in baselines)}
+
+
+# Delta_m% (mtbert.train.metrics.delta_m) against a sweep's single-task runs (`single_task: true`).
+# Pairing as for the TM scores: each task's single-task run under the trial's seed; at the
+# sweep's end, where that run failed, the mean of the task's finished single-task seeds (tag
+# delta_m_single says which). A task with neither leaves the trial without Delta_m.
+SAME_SEED = "same seed"
+
+
+def single_task_scores(runs: list[tuple[str, str, Mapping[str, float]]], tasks: list[str], seed: str,
+                       closing: bool) -> tuple[dict[str, float], str] | None:
+    """(each of `tasks`' metric -> its single-task score, against what) for a trial of `seed`,
+    from the finished single-task runs (task, seed, run figures); None while one is missing."""
+    from mtbert.tasks import get_task
+
+    scores, fallback = {}, False
+    for task in tasks:
+        metric = get_task(task).metric_name
+        seeds = {s: f[metric] for t, s, f in runs if t == task and isinstance(f.get(metric), (int, float))
+                 and math.isfinite(f[metric])}
+        if seed in seeds:
+            scores[metric] = seeds[seed]
+        elif closing and seeds:
+            scores[metric], fallback = sum(seeds.values()) / len(seeds), True
+        else:
+            return None
+    return (scores, "mean of single-task seeds" if fallback else SAME_SEED) if scores else None
+
+
+def trial_delta_m(trial: Mapping[str, float], single: tuple[dict[str, float], str] | None) -> dict:
+    """{"delta_m": ..., "tags": {...}} for a trial's final figures, or {} when undefined."""
+    if single is None:
+        return {}
+    scores, against = single
+    if any(not isinstance(trial.get(m), (int, float)) for m in scores):
+        return {}
+    if any(v == 0 for v in scores.values()):
+        return {"tags": {"delta_m_single": against, "delta_m_note": "undefined: a single-task score is 0"}}
+    lower = {m: figures.better(m) == "min" for m in scores}
+    return {"delta_m": delta_m(trial, scores, lower), "tags": {"delta_m_single": against}}

@@ -48,10 +48,10 @@ from typing import Any, Callable, Iterator
 
 from orchestration.errors import TrackingUnavailable
 from orchestration.paths import sqlite_path
-from orchestration.sweep.labels import STANDS_FOR
+from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
 from orchestration.track.describe import describe_run, source_tags
 from orchestration.track.system import SYSTEM_PREFIX
-from orchestration.track.tm import mean_reference, time_basis, trial_tm
+from orchestration.track.tm import mean_reference, single_task_scores, time_basis, trial_delta_m, trial_tm
 from orchestration.track.view import SWEEP_RUN_TAG, mark_experiment, save_runs_view
 
 EPOCH_PREFIX = "epoch/"
@@ -283,9 +283,9 @@ class SweepRecord:
             budget = int(config.get("train", {}).get("epochs", 0))
             tags["stopped_early"] = str(t["status"] == "FINISHED" and metrics["epochs_run"] < budget).lower()
             if t["status"] == "FINISHED":
-                scores = self._tm(t, metrics)
-                tags.update(scores.pop("tags", {}))
-                metrics.update(scores)
+                for scores in (self._tm(t, metrics), self._delta_m(t, metrics)):
+                    tags.update(scores.pop("tags", {}))
+                    metrics.update(scores)
                 why = diverged_reason(metrics, t["epochs"])
                 if why:
                     tags["diverged"] = why
@@ -306,6 +306,19 @@ class SweepRecord:
             return tm_scores(final, mean_reference([figures(b) for b in bases.values()]),
                              f"mean of {len(bases)} baseline seeds")
         return {}
+
+    def _delta_m(self, t: dict, final: dict[str, float]) -> dict[str, Any]:
+        """Delta_m% against the single-task runs of the same seed once every task's is in; at
+        the sweep's end, against the mean of a task's finished single-task seeds where that
+        seed's failed. Nothing for a single-task run itself, or a sweep without them."""
+        if t["config"].get("role") == SINGLE_TASK:
+            return {}
+        runs = [(b["config"]["config"]["tasks"][0], str(b["config"].get("seed")),
+                 trial_figures(b["epochs"], b["config"]["config"], b["summary"])[0])
+                for b in self.trials.values() if b["config"].get("role") == SINGLE_TASK
+                and b["status"] == "FINISHED" and b["epochs"]]
+        tasks = t["config"].get("config", {}).get("tasks", [])
+        return trial_delta_m(final, single_task_scores(runs, tasks, str(t["config"].get("seed")), self.closing))
 
     def unsynced(self) -> list[str]:
         """Records whose run lags behind them (what a sync would still send)."""

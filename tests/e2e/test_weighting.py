@@ -41,6 +41,9 @@ def test_every_method_trains_and_reports_its_weights(method, tmp_path):
         assert w3 != pytest.approx([1.0] * 3, abs=1e-2)
     elif method == "uncertainty":  # exp(-s_i), learned from s_i = 0
         assert w3 != pytest.approx([1.0] * 3, abs=1e-4)
+    elif method == "famo":  # c z_i / L_i: they sum to 1 every step, and the logits move
+        assert sum(w1) == pytest.approx(1.0) and sum(w3) == pytest.approx(1.0)
+        assert w3 != pytest.approx(w1, abs=1e-4)
     elif method == "cagrad":  # (1/T + lambda w_i) / (1 + c^2) for each task
         assert all(w >= 1 / 3 / 1.16 - 1e-5 for w in w3)
 
@@ -60,6 +63,24 @@ def test_checkpoint_carries_the_methods_state(tmp_path):
     assert len(state["weighting"]["history"]) == 2
     resumed = train(cfg, resume_from=saved[2], log=None)
     assert _weights(resumed.epochs[-1]) == _weights(full.epochs[-1])
+
+
+def test_famo_resumes_to_the_digit(tmp_path):
+    """FAMO's weights at a step come from its logits, their Adam moments and the step before's
+    losses: a run resumed from the epoch-2 checkpoint ends exactly where the whole run did."""
+    cfg = build_config({}, {**QUICK, "loss.weighting": "famo", "train.save_checkpoint": True,
+                            "data.cache_dir": str(tmp_path / "cache")})
+    saved = {}
+
+    def reporter(metrics, ckpt):
+        saved[metrics["epoch"]] = shutil.copytree(ckpt, tmp_path / f"ckpt{metrics['epoch']}")
+
+    full = train(cfg, reporter=reporter, log=None)
+    state = torch.load(saved[2] / "state.pt", weights_only=False)["weighting"]
+    assert state["last_log_losses"] is not None and bool(state["logits"].ne(0).any())
+    resumed = train(cfg, resume_from=saved[2], log=None)
+    for key in ("loss_sst", "loss_para", "loss_sts", "weight_sst", "weight_para", "weight_sts", "overall"):
+        assert resumed.epochs[-1][key] == full.epochs[-1][key], key
 
 
 PLUGIN = '''

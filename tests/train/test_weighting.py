@@ -160,6 +160,54 @@ def test_dwa_weights_are_k_times_softmax_of_loss_ratios_over_t():
         [2 * math.exp(1 / 2) / (math.exp(1 / 2) + math.exp(0.25)), 2 * math.exp(0.25) / (math.exp(1 / 2) + math.exp(0.25))])
 
 
+def test_famo_weights_are_c_z_over_loss_and_its_logits_follow_the_loss_decrease():
+    toy = Toy([1.0, 0.0], [0.0, 1.0], b=(2.0, 4.0))
+    method = _method("famo", **{"loss.weighting.lr": 0.1, "loss.weighting.gamma": 0.0})
+    # First step: w = 0, z = (1/2, 1/2); weight_i = c z_i / L_i with c = 1 / sum_j z_j / L_j.
+    weights = _as_floats(method.backward(toy.losses(), [toy.W]))
+    inv = [1 / 2.0, 1 / 4.0]
+    expected = [x / sum(inv) for x in inv]
+    assert weights == pytest.approx(expected) and sum(weights) == pytest.approx(1.0)
+    torch.testing.assert_close(toy.W.grad, torch.tensor([expected], dtype=torch.float64))
+    assert method.parameters() == []  # the logits have their own optimizer, not the model's
+    # sst's loss halves, sts's stays: delta = J_softmax^T [log 2, 0] = [log2 / 4, -log2 / 4],
+    # and Adam's first step moves each logit by lr against its sign: sts gains weight.
+    toy.zero()
+    weights = _as_floats(method.backward(toy.losses([1.0, 4.0]), [toy.W]))
+    torch.testing.assert_close(method.logits.detach(), torch.tensor([-0.1, 0.1]), rtol=0, atol=1e-6)
+    z = torch.softmax(torch.tensor([-0.1, 0.1], dtype=torch.float64), 0)
+    scaled = z / torch.tensor([1.0, 4.0], dtype=torch.float64)
+    assert weights == pytest.approx((scaled / scaled.sum()).tolist(), rel=1e-6)
+    # Its state carries the logits, their Adam moments and the last step's losses.
+    again = _method("famo", **{"loss.weighting.lr": 0.1, "loss.weighting.gamma": 0.0})
+    again.load_state_dict(method.state_dict())
+    for m in (method, again):
+        toy.zero()
+        m.backward(toy.losses([0.5, 3.0]), [toy.W])
+    torch.testing.assert_close(again.logits.detach(), method.logits.detach(), rtol=0, atol=0)
+
+
+def test_famo_balances_the_rate_at_which_losses_fall():
+    """With no decay, the logits settle where every task's log loss falls at the same rate:
+    a task whose loss is harder to move ends with the larger weight."""
+    steps = torch.tensor([1.0, 4.0], dtype=torch.float64)  # how fast each loss falls per unit weight
+    method = _method("famo", **{"loss.weighting.lr": 0.05, "loss.weighting.gamma": 0.0})
+    W = nn.Parameter(torch.zeros(2, dtype=torch.float64))
+    for _ in range(2000):
+        W.grad = None
+        losses = torch.exp(-steps * W)  # dlog L_i / dW_i = -s_i
+        method.backward(dict(zip(TASKS, losses)), [W])
+        with torch.no_grad():
+            W -= 0.05 * W.grad
+    z = torch.softmax(method.logits.detach().double(), 0)
+    assert float(z[0]) > float(z[1])  # sst's loss falls slower per unit weight
+    # The step on W_i is lr c z_i s_i (the weight c z_i / L_i times dL_i/dW_i = -s_i L_i), so
+    # log L_i falls by lr c z_i s_i^2: equal falls need z_i proportional to 1 / s_i^2.
+    falls = steps ** 2 * z
+    assert float(falls[0] / falls[1]) == pytest.approx(1.0, abs=0.1)
+    assert float(z[0]) == pytest.approx(16 / 17, abs=0.01)
+
+
 CONFLICTING = [([1.0, 0.0], [-0.9, 0.3]), ([3.0, 1.0], [-1.0, 0.2]), ([1.0, 2.0], [2.0, -3.0]),
                ([0.5, 0.0], [0.0, 4.0])]
 
@@ -225,7 +273,7 @@ def test_pcgrad_method_is_todays_surgery_on_the_weighted_losses():
     torch.testing.assert_close(via_method, torch.tensor([[0.25, 0.75]], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", ["pcgrad", "gradnorm", "cagrad"])
+@pytest.mark.parametrize("name", ["pcgrad", "gradnorm", "famo", "cagrad"])
 def test_per_task_gradient_methods_need_tuple_sampling(name):
     with pytest.raises(ConfigError, match=rf"loss.weighting: {name} needs .* set sampling.strategy: tuple"):
         build_config({}, {"loss.weighting": name, "sampling.strategy": "proportional"})
@@ -245,6 +293,8 @@ def test_loss_pcgrad_is_an_alias_of_weighting_pcgrad():
     ({"loss.dwa.temperature": 0}, "loss.dwa.temperature: must be > 0"),
     ({"loss.cagrad.c": -1}, "loss.cagrad.c: must be >= 0"),
     ({"loss.gradnorm.alpha": -1}, "loss.gradnorm.alpha: must be >= 0"),
+    ({"loss.weighting": "famo", "loss.weighting.lr": 0}, "loss.weighting.lr: must be > 0"),
+    ({"loss.weighting": "famo", "loss.weighting.gamma": -0.1}, "loss.weighting.gamma: must be >= 0"),
     ({"sampling.temperature": 0}, "sampling.temperature: must be > 0"),
 ])
 def test_bad_weighting_settings_fail_at_load(overrides, message):

@@ -14,6 +14,7 @@ from mtbert.components import WEIGHTINGS
 from mtbert.train.weighting.base import Weighting, WeightingError
 from mtbert.train.weighting.cagrad import CAGrad
 from mtbert.train.weighting.dwa import DWA
+from mtbert.train.weighting.famo import FAMO
 from mtbert.train.weighting.gradnorm import GradNorm
 from mtbert.train.weighting.pcgrad import PCGrad
 from mtbert.train.weighting.static import Static
@@ -24,7 +25,7 @@ def register_weighting(cls: type[Weighting]) -> type[Weighting]:
     return WEIGHTINGS.register(cls)
 
 
-for _method in (Static, Uncertainty, GradNorm, DWA, CAGrad, PCGrad):
+for _method in (Static, Uncertainty, GradNorm, DWA, FAMO, CAGrad, PCGrad):
     register_weighting(_method)
 
 
