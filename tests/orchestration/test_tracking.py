@@ -204,7 +204,7 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     html = render(table, "html")
     assert html.count("<tr>") == 6 and "±" in html
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "p.png" in [a.path for a in MlflowClient(tracking.uri).list_artifacts(tracking.parent_run_id)]
+    assert "pareto.png" in [a.path for a in MlflowClient(tracking.uri).list_artifacts(tracking.parent_run_id)]
     by_tm = sort_table(build_table(child_runs(tracking.uri, tracking.experiment_id, tracking.parent_run_id),
                                    parent.data.tags), "tm_relative_score")
     assert list(by_tm["variant"])[:3] == ["baseline", "p000", "p001"]
