@@ -260,8 +260,10 @@ def _seeds_design(sweep: Sweep) -> dict[str, Any]:
     return sweep.adaptive.describe() if sweep.adaptive is not None else {"fixed": sweep.seeds}
 
 
-def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
+def _parent_tags(sweep: Sweep, planner: Planner, run_dir: Path, total: int) -> dict[str, str]:
     from mtbert.tasks import get_task
+    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.sweep.claims import configurations, design_looks
 
     points = {d.key: d.config_keys() for d in sweep.dims if d.type_name == "points"}
     return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
@@ -278,6 +280,9 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
             "claims": str(len(sweep.claims)),
             "seeds": (f"adaptive {sweep.adaptive.start}..{sweep.adaptive.max}" if sweep.adaptive is not None
                       else ",".join(map(str, sweep.seeds))),
+            # The leaderboard's Δ column takes the intervals the claims' verdicts take.
+            DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
+                                        design_looks(sweep.adaptive), sweep.spec.verdicts.interval),
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
             "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"]),
             # A points dimension's name -> its keys: the importance reads them as one factor.
@@ -328,7 +333,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     (run_dir / RECORD_FILE).unlink(missing_ok=True)  # left by a run of this name that died before Tune saved
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
-                                   _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
+                                   _parent_tags(sweep, planner, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep))
     tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
@@ -381,10 +386,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
                        *([printer] if progress else [])]),
     )
     models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    outcome = _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                   claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke)
-    outcome.setup = setup
-    return outcome
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
+                claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke, setup=setup)
 
 
 def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
@@ -501,9 +504,10 @@ def _moved_names() -> None:
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
-         adaptive: bool = False, smoke: bool = False) -> SweepOutcome:
+         adaptive: bool = False, smoke: bool = False, setup: dict[str, float] | None = None) -> SweepOutcome:
     """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
-    ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
+    ends the sweep when no claim is open, so every trial Tune holds must have ended). `setup`:
+    the shared setup's seconds (_prepare_data), said on their own in the summary."""
     import signal
 
     from orchestration.run.storage import hold_reserve, release_reserve
@@ -551,6 +555,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
                          f"`{_resume_command(run_dir)}`")
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
     outcome.verdicts = judged
+    outcome.setup = dict(setup or {})
     calls = dict(tracking.record.calls_by_ref)
     outcome.mlflow_calls = sum(calls.values())
     (run_dir / CALLS_FILE).write_text(json.dumps(calls, indent=1, sort_keys=True))
@@ -817,6 +822,11 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")
+    if o.setup:  # the parent run's setup_*_s: before the first trial, in no trial's time nor budget.hours
+        parts = ", ".join(f"{k.removeprefix('setup_').removesuffix('_s').replace('_', ' ')} {v:.1f}s"
+                          for k, v in o.setup.items())
+        log(f"shared setup {sum(o.setup.values()):.1f}s before the first trial ({parts}): "
+            "no trial's time, nor seeds.budget.hours'")
     for line in o.verdicts:
         log(line)
     # Quoted: a store under a folder with spaces must paste back as one argument.

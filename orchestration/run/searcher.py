@@ -65,10 +65,15 @@ class SeedRounds:
         self.figures: dict[str, dict[str, float]] = {}  # key -> run figures of a finished trial
         self.rounds: list[dict[str, Any]] = []  # what each round decided, for the record
         self.finished: str | None = None  # why no round follows
-        self.spent_s = 0.0  # the driver's wall time while the sweep ran (budget.hours)
-        self._tick = time.time()
+        # budget.hours: the driver's wall time from its first trial on, so that the shared setup
+        # (tokenizing, the frozen-layer cache, Ray's start: the parent run's setup_*_s) and the
+        # time a stopped driver was down are not the trials'.
+        self.spent_s = 0.0
+        self._tick: float | None = None  # None: no trial handed out yet
 
     def _clock(self) -> None:
+        if self._tick is None:
+            return
         now = time.time()
         self.spent_s += max(now - self._tick, 0.0)
         self._tick = now
@@ -77,6 +82,8 @@ class SeedRounds:
         self._tick = time.time()  # the time the driver was down is not the sweep's
 
     def handed_out(self, trial_id: str, config: dict[str, Any]) -> None:
+        if self._tick is None:  # the first trial: the budget's clock starts
+            self._tick = time.time()
         self.key_of[trial_id] = config["key"]
         full = config["config"]
         self.shape[config["key"]] = {"tasks": full.get("tasks", []),
@@ -167,7 +174,7 @@ class SeedRounds:
         targets: dict[str, int] = {}
         cut = None
         if budget.hours is not None and self.spent_s >= budget.hours * 3600:
-            cut = "budget.hours spent"
+            cut = f"budget.hours spent: {self.spent_s / 3600:.2g} h of trial time"
         else:
             # A claim on a TM-relative score also takes the baseline: its score is taken against
             # the same seed's baseline.
