@@ -931,7 +931,7 @@ def delta_caption(design: DeltaDesign) -> str:
             "differences")
     parts = [f"Δ {DELTA_METRIC} vs *: {what}, at 95% per comparison"]
     if design.looks:
-        parts.append(f"sequential over looks {design.looks[0]}..{design.looks[1]} (it holds at every look at once)")
+        parts.append(f"sequential over looks {'..'.join(map(str, design.looks))} (it holds at every look at once)")
     if design.claims:
         parts.append("where a claim of the sweep makes the comparison, at that claim's level (its share of the "
                      "table's error rate, named in the cell), the interval `mtbert findings` gives it")
