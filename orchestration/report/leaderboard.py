@@ -143,9 +143,9 @@ def delta_design(parent_tags: dict[str, str]) -> DeltaDesign:
         return DeltaDesign(tuple(doc["looks"]) if doc.get("looks") else None, doc.get("method", "median"),
                            {v: (float(a), c) for v, (a, c) in doc.get("claims", {}).items()})
     seeds = parent_tags.get("seeds", "")
-    if seeds.startswith("adaptive ") and ".." in seeds:
-        start, last = (int(x) for x in seeds.removeprefix("adaptive ").split(".."))
-        return DeltaDesign((max(start, 2), last))
+    if seeds.startswith("adaptive ") and ".." in seeds:  # "adaptive 3..12", or extended "adaptive 3..12..20"
+        start, *maxima = (int(x) for x in seeds.removeprefix("adaptive ").split(".."))
+        return DeltaDesign((max(start, 2), *maxima))
     return DeltaDesign()
 
 

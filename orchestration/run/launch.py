@@ -301,7 +301,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     _check_local_resources(sweep, address, num_cpus)
     uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
     check_tracking(uri)
-    from orchestration.run.scheduler import make_scheduler, tune_metric
     from orchestration.run.searcher import make_searcher
 
     planner = Planner(sweep)
@@ -362,6 +361,17 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}'{apart} "
         f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
 
+    tuner = _tuner(sweep, searcher, total, run_name, storage_dir, tracking, progress)
+    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
+                claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke, setup=setup)
+
+
+def _tuner(sweep: Sweep, searcher, total: int, run_name: str, storage_dir: Path, tracking: SweepTracking,
+           progress: bool):
+    """A new Tune run of `searcher`'s trials (at most `total`) in storage_dir/run_name."""
+    from orchestration.run.scheduler import make_scheduler, tune_metric
+
     _quiet_tune()
     from ray import tune
 
@@ -371,8 +381,9 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from orchestration.run.callbacks import TrackingCallback
     from orchestration.run.progress import ProgressPrinter
 
+    adaptive = sweep.adaptive is not None
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
-    tuner = tune.Tuner(
+    return tune.Tuner(
         _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=total,
@@ -385,9 +396,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             callbacks=[TrackingCallback(tracking), CSVLoggerCallback(), JsonLoggerCallback(),
                        *([printer] if progress else [])]),
     )
-    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke, setup=setup)
 
 
 def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
@@ -477,6 +485,78 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], state["total_trials"],
                 t_start, log, models, claims=claims, adaptive=state.get("adaptive", False),
                 smoke=bool(state.get("smoke", False)))
+
+
+EXTENDED = "-seeds"  # an extension's folder: <sweep folder>-seeds<N>
+
+
+def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, num_cpus: int | None = None,
+                 log: Callable[[str], None] = print, storage: str | Path | None = None,
+                 progress: bool = True) -> SweepOutcome:
+    """More seeds for a finished adaptive sweep (`sweep resume NAME --seeds-max N`): its
+    searcher, as Tune saved it (every finished trial's figures, the seeds each configuration
+    ran), goes on with max N, adding rounds where a claim is still open; no finished trial runs
+    again. Each claim's looks become (start, old max, N): the looks already taken keep their
+    bounds and the new ones spend only the error those left (verdicts.extended_bounds), so the
+    verdicts keep their stated rate however the decision to add seeds was made. The new trials
+    run as a Tune run of their own in <folder>-seeds<N> (resumable like any), logging under the
+    sweep's parent run, which then holds the verdicts, leaderboard and summary of all its trials."""
+    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.run.searcher import SweepSearcher
+    from orchestration.sweep.claims import configurations
+    from orchestration.sweep.spec import MAX_SEEDS
+
+    t_start = time.perf_counter()
+    check_num_cpus(num_cpus)
+    run_dir = _find_run_dir(path_or_name, storage)
+    state = _read_state(run_dir / STATE_FILE)
+    if not state.get("adaptive"):
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} runs a list of seeds; more seeds are for adaptive "
+                         "seeds ({start, max}), whose claims say where they go")
+    searcher = SweepSearcher.restored(run_dir)
+    rounds, sweep = searcher._rounds, searcher.planner.sweep
+    if rounds.finished is None:
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} has not ended; `{_resume_command(run_dir)}` first")
+    if not rounds.design.max < seeds_max <= MAX_SEEDS:
+        raise SweepError(f"--seeds-max {seeds_max}: sweep {run_dir.name} already looked up to {rounds.design.max} "
+                         f"seeds; give more than that, at most {MAX_SEEDS}")
+    if any(c.interval != "median" for c in sweep.claims):
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} judges by the mean's t-interval, whose level is "
+                         "calibrated for its own looks; more seeds need `verdicts: {interval: median}`")
+    new_dir = run_dir.parent / f"{run_dir.name}{EXTENDED}{seeds_max}"
+    if (new_dir / "tuner.pkl").exists():
+        raise SweepError(f"{new_dir} already holds this extension; continue it with "
+                         f"`{tool('mtbert')} sweep resume {new_dir.name} --storage {new_dir.parent}`")
+    was = rounds.design.max
+    searcher.extend(seeds_max)
+    planner = searcher.planner
+    total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
+    check_tracking(state["tracking_uri"])
+    setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
+    if not _init_ray(address, num_cpus, state.get("plugins", [])):
+        from orchestration.run.remote import check_shared_storage
+
+        check_shared_storage(run_dir.parent)
+    new_dir.mkdir(parents=True, exist_ok=True)
+    (new_dir / RECORD_FILE).unlink(missing_ok=True)
+    tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
+                             state["sweep"], state.get("git_commit"), state_dir=new_dir,
+                             outage_s=float(state.get("outage_s", 180.0)), run_name=new_dir.name)
+    tracking.reopen_parent()
+    claims_doc = to_doc(sweep.claims, {**_seeds_design(sweep), "extended_from": rounds.extended})
+    tracking.tag_parent({"seeds": f"adaptive {sweep.adaptive.start}..{'..'.join(map(str, rounds.extended))}"
+                                  f"..{seeds_max}",
+                         DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
+                                                     sweep.claims[0].looks, "median")})
+    tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
+    (new_dir / STATE_FILE).write_text(json.dumps({**state, "total_trials": total, "claims": json.loads(claims_doc),
+                                                  "extends": run_dir.name}, indent=2))
+    log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
+        f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
+    tuner = _tuner(sweep, searcher, total, new_dir.name, new_dir.parent, tracking, progress)
+    models = (state.get("log_models", "best"), state.get("register_model"))
+    return _fit(tuner, tracking, new_dir.name, new_dir, state["experiment"], total, t_start, log, models,
+                claims=sweep.claims, adaptive=True, smoke=sweep.smoke, setup=setup)
 
 
 def _flat_names() -> None:
@@ -841,4 +921,4 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
         log(f"browse: open {ui_link(o.tracking_uri, o.experiment_id)} in a browser")
 
 
-__all__ = ["run_sweep", "resume_sweep", "SweepOutcome", "STATE_FILE"]
+__all__ = ["run_sweep", "resume_sweep", "extend_sweep", "SweepOutcome", "STATE_FILE"]

@@ -152,6 +152,24 @@ def test_a_restored_searcher_adds_the_same_seeds(tmp_path):
     assert drive(restored, handed) == whole
 
 
+def test_more_seeds_for_an_ended_sweep_go_to_its_open_claims_only(tmp_path):
+    from orchestration.run.searcher import SweepSearcher
+
+    path = write_sweep(tmp_path / "m.yaml", **PLANTED, seeds={"start": 2, "max": 3})
+    first = make_searcher(Planner(load_sweep(path)))
+    handed = drive(first)
+    assert by_variant(handed) == {"baseline": [0, 1, 2], "p000": [0, 1], "p001": [0, 1, 2]}
+    first.save_to_dir(str(tmp_path))  # as Tune saves it in the sweep's folder
+    more = SweepSearcher.restored(tmp_path)
+    more.extend(5)
+    assert [c.looks for c in more.planner.sweep.claims] == [(2, 3, 5), (2, 3, 5)]
+    added = drive(more, [])
+    # Only the open claim's configurations, only seeds they have not run: nothing trained twice.
+    assert by_variant(added) == {"p001": [3, 4], "baseline": [3, 4]}
+    assert more._rounds.rounds[-1]["end"] == "1 undecided claim(s) at 5 seeds"
+    assert more._rounds.extended == [3]
+
+
 # --------------------------------------------------------------------------- a real sweep
 
 # 1-bert (baseline) and 3-bert (k = 0: an encoder per task) on the tiny model, and 1-bert again
