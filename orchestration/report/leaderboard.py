@@ -925,20 +925,20 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
 
 def delta_caption(design: DeltaDesign) -> str:
     """What the Δ column's intervals are: the verdicts' (docs/verdicts.md)."""
-    what = ("the median of the per-seed differences from * and its interval [L, H], two order statistics "
-            "that cover the true median whatever the noise's shape" if design.method == "median" else
-            "the mean of the per-seed differences from * and its t-interval [L, H], right for near-normal "
+    what = ("the median of the per-seed differences from * and its 95% interval [L, H], valid whatever the "
+            "noise's shape" if design.method == "median" else
+            "the mean of the per-seed differences from * and its 95% t-interval [L, H], right for near-normal "
             "differences")
-    parts = [f"Δ {DELTA_METRIC} vs *: {what}, at 95% per comparison"]
+    parts = [f"Δ {DELTA_METRIC} vs *: {what}"]
     if design.looks:
-        parts.append(f"sequential over looks {'..'.join(map(str, design.looks))} (it holds at every look at once)")
+        parts.append(f"sequential over looks {'..'.join(map(str, design.looks))}")
     if design.claims:
-        parts.append("where a claim of the sweep makes the comparison, at that claim's level (its share of the "
-                     "table's error rate, named in the cell), the interval `mtbert findings` gives it")
-    rest = "Its n: seeds both ran and neither diverged"
+        parts.append("where a claim of the sweep makes the comparison, at the claim's level (named in the cell), "
+                     "as mtbert findings gives it")
+    parts.append("n: seeds paired, none diverged")
     if design.method == "median":
-        rest += f"; n alone: too few for an interval (6 at least{', more over looks' if design.looks else ''})"
-    return "; ".join(parts) + f". {rest}."
+        parts.append(f"n alone: too few for an interval (6 at least{', more over looks' if design.looks else ''})")
+    return "; ".join(parts) + "."
 
 
 def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> export.Table:

@@ -244,7 +244,7 @@ def test_real_sweep_spends_seeds_on_the_open_claim(uninterrupted):
     assert math.isnan(board["overall_delta_low"]) and claim["low"] is None
     md = run_cli(["leaderboard", "--experiment", "adaptive", "--tracking-uri", uninterrupted["uri"]],
                  cwd=uninterrupted["work"]).stdout
-    assert "sequential over looks 2..3" in md and "at that claim's level" in md
+    assert "sequential over looks 2..3" in md and "at the claim's level" in md
 
 
 @pytest.mark.slow

@@ -89,8 +89,8 @@ def test_the_cell_and_caption_say_which_interval():
     assert cell in md  # the claim's level named; the best Δ bold
     p002 = table.set_index("variant").loc["p002"]
     assert f"[{p002['overall_delta_low']:+.3f}, {p002['overall_delta_high']:+.3f}] (n=12)" in md  # 95%: not named
-    assert "at 95% per comparison; sequential over looks 3..12" in md
-    assert "at that claim's level" in md and "`mtbert findings`" in md
+    assert "its 95% interval [L, H], valid whatever the noise's shape; sequential over looks 3..12;" in md
+    assert "at the claim's level (named in the cell), as mtbert findings gives it" in md
 
 
 def test_a_diverged_run_leaves_the_delta_as_it_leaves_the_verdict():
