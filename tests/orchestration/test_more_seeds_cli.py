@@ -36,6 +36,8 @@ def test_more_seeds_train_only_the_new_trials(tmp_path):
                     "--storage", storage], cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "no round 3 (1 undecided claim(s) at 2 seeds)" in proc.stdout, proc.stdout
+    # The shared setup said on its own: no trial's time, nor the seeds' budget.hours.
+    assert "shared setup " in proc.stdout and "no trial's time, nor seeds.budget.hours'" in proc.stdout, proc.stdout
     _, before = _children(uri)
     assert sorted(before) == ["baseline-s0", "baseline-s1", "p000-s0", "p000-s1"]
 
@@ -62,3 +64,6 @@ def test_more_seeds_train_only_the_new_trials(tmp_path):
     assert doc["claims"][0]["looks"] == [2, 2, 3] and doc["seeds"]["extended_from"] == [2]
     assert parent.data.tags["seeds"] == "adaptive 1..2..3" and parent.info.status == "FINISHED"
     assert (tmp_path / "runs" / "more-seeds3" / "mtbert_sweep.json").is_file()  # resumable like any sweep
+    findings = run_cli(["findings", "--tracking-uri", uri], cwd=tmp_path)
+    assert findings.returncode == 0 and "(n=3, sequential 2..2..3)" in findings.stdout, findings.stderr
+    assert '"f..m..l": given more seeds' in findings.stdout
