@@ -259,7 +259,7 @@ class SweepSearcher(Searcher):
         try:
             searcher.restore_from_dir(str(folder))
         except RuntimeError:
-            raise SweepError(f"{folder}: Ray Tune saved no searcher state there; the sweep cannot go on from it")
+            raise SweepError(f"{folder}: Ray Tune saved no searcher state there; the sweep cannot go on from it") from None
         return searcher
 
     @property
