@@ -27,7 +27,8 @@ def _values() -> dict[str, dict[str, float]]:
             for v, (_, shift) in VARIANTS.items()}
 
 
-def _runs(values: dict[str, dict[str, float]], diverged: dict[tuple[str, str], str] = {}) -> pd.DataFrame:
+def _runs(values: dict[str, dict[str, float]], diverged: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+    diverged = diverged or {}
     rows = []
     for variant, seeds in values.items():
         for seed, overall in seeds.items():
@@ -47,7 +48,7 @@ CLAIMS = [verdicts.claim("p000 > *", "p000", "baseline", ">", 0.005, "overall", 
 CONFIGS = [Configuration(v, role, {"configuration": v, "role": role}) for v, (role, _) in VARIANTS.items()]
 
 
-def _table(values, diverged={}) -> pd.DataFrame:
+def _table(values, diverged=None) -> pd.DataFrame:
     tags = {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime",
             DELTA_TAG: delta_design_tag(CLAIMS, CONFIGS, (3, 12), "median")}
     return sort_table(build_table(_runs(values, diverged), tags))
