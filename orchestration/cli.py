@@ -47,12 +47,20 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from orchestration.run.launch import resume_sweep
 
     if _dashboard(args.address):  # a submitted sweep: its resume is a Ray Job on the head too
+        if args.seeds_max is not None:
+            raise SweepError("--seeds-max: run it where the sweep's folder is (on the head), not through a dashboard")
         from orchestration.run.jobs import submit_resume
 
         submit_resume(args.sweep, args.address, follow=not args.no_follow, workdir=args.workdir,
                       python=getattr(args, "python", None))
         return 0
 
+    if args.seeds_max is not None:
+        from orchestration.run.launch import extend_sweep
+
+        outcome = extend_sweep(args.sweep, args.seeds_max, address=args.address, num_cpus=args.num_cpus,
+                               storage=args.storage)
+        return _exit_code(outcome)
     outcome = resume_sweep(args.sweep, address=args.address, num_cpus=args.num_cpus, storage=args.storage)
     return _exit_code(outcome)
 
@@ -236,6 +244,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>; with a dashboard "
                         "--address, the id of the job that ran it (or its folder as the head sees it)")
     resume.add_argument("--storage", help="the Ray Tune storage folder `run` had (default: <cwd>/runs)")
+    resume.add_argument("--seeds-max", type=int, metavar="N", default=None,
+                        help="more seeds for a finished adaptive sweep: open claims go on up to N paired seeds, "
+                        "finished trials stay as they are, the verdicts keep their error rate (docs/verdicts.md)")
     _ray_options(resume, "; a Ray dashboard (http://HEAD:8265) resumes a submitted sweep as a Ray Job")
     # With --address http://HEAD:8265, a sweep submitted as a Ray Job is resumed as one.
     resume.add_argument("--workdir", help="with a dashboard --address: the folder on the head to run in "

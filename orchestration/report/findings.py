@@ -198,7 +198,8 @@ MEDIAN_CAPTION = ("Effect = A − B paired by seed: the median of the per-seed d
 MEAN_CAPTION = ("Effect = A − B paired by seed: the mean of the per-seed differences ± the half-width of its "
                 "t-interval [L, H], right when the differences are near-normal")
 RULES_CAPTION = ("n = seeds both ran and neither diverged (\"sequential f..l\": seeds were added one at a time, "
-                 "looking after each from f to l, and the interval holds at every look at once). δ: the smallest "
+                 "looking after each from f to l, and the interval holds at every look at once; \"f..m..l\": given more seeds "
+                 "after it ended at m, the new looks spending only the error the first left). δ: the smallest "
                  "difference that matters. holds: the interval lies wholly on the claimed side of 0 (≈: wholly "
                  "inside ±δ); contradicted: wholly on the other side (≈: wholly beyond +δ or −δ); no "
                  "difference that matters (> and <): wholly inside ±δ, on either side of 0; inconclusive: it holds a "

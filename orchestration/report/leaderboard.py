@@ -7,7 +7,9 @@ swept or baseline key off its default; learning rate; loss weights), best dev ov
 epoch, the task scores at that epoch, train time, model size, peak memory and the TM-relative
 scores. The baseline is marked * and pinned first. A configuration run under several seeds is
 one row of mean ± 95% t-interval half-width (orchestration/stats.py), a count (the epoch) its
-seeds' median and range, and Δ overall its difference to the baseline paired by seed. Each
+seeds' median and range, and Δ overall its difference to the baseline paired by seed: the
+interval the verdicts take (verdicts.interval, the same as `mtbert findings` where a claim
+makes the same comparison; delta_design says how, the caption says which). Each
 column's best value is bold. The frozen reference (role `reference`) is labelled as such, and
 the caption names the rows whose mean falls below it, task by task; a searched point identical
 to the baseline, trained once as the baseline (plan.py), says so. The caption is a legend for
@@ -28,6 +30,7 @@ The Pareto plot puts overall against the headline score's cost on the full-epoch
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
@@ -47,7 +50,8 @@ from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.report import export
 from orchestration.report.export import Cell
-from orchestration.stats import paired_delta, t_quantile
+from orchestration.report import verdicts
+from orchestration.stats import t_quantile
 from orchestration.sweep.labels import OWN_COLUMNS, SINGLE_TASK, STANDS_FOR, YARDSTICKS, fmt_lr, fmt_weighting, parse_param, regime_label
 
 FORMATS = ("md", "csv", "latex", "html")
@@ -87,6 +91,64 @@ def figure_columns(task_metrics: Sequence[str]) -> dict[str, Column]:
     A count (the epoch) has a direction to sort by but no best to bold."""
     return {f.name: Column(f.name, TASK_LABELS.get(f.name, f.label), f.fmt, "" if f.count else f.better, f.count)
             for f in figures.on_board(task_metrics)}
+
+
+# --------------------------------------------------------------------------- the Δ column's design
+
+# How the Δ column takes its intervals, a parent tag the sweep writes at its start
+# (delta_design_tag), so that the table needs no artifact and no sweep file.
+DELTA_TAG = "delta_design"
+
+
+@dataclass(frozen=True)
+class DeltaDesign:
+    """The Δ column's intervals as the verdicts take them: over the seeds' looks (None: a fixed
+    design), by the sweep's interval method, at 95% per comparison, except where a claim of the
+    sweep makes the same comparison: there at the claim's level (its share of the table's
+    family) with its chance level, so the cell is the claim's interval (A − B or B − A)."""
+    looks: tuple[int, int] | None = None
+    method: str = "median"
+    claims: dict[str, tuple[float, float | None]] = None  # variant -> (alpha, chance)
+
+    def of(self, variant: str) -> tuple[float, float | None]:
+        return (self.claims or {}).get(variant, (verdicts.ALPHA, None))
+
+
+def delta_design_tag(claims: Sequence[Any], configs: Sequence[Any], looks: tuple[int, int] | None,
+                     method: str) -> str:
+    """DELTA_TAG's value for a sweep: its claims (with their looks and verdicts settings) and
+    planned configurations (claims.configurations). A claim whose side is found only as the
+    sweep runs (an Optuna point) leaves its comparison at 95%."""
+    from orchestration.sweep.claims import pick
+
+    found: dict[str, tuple[float, float | None]] = {}
+    for claim, alpha in zip(claims, verdicts.claim_alphas(claims)):
+        a, b = pick(list(configs), claim.a), pick(list(configs), claim.b)
+        if claim.metric != DELTA_METRIC or len(a) != 1 or len(b) != 1:
+            continue
+        roles = {a[0].role, b[0].role}
+        if "baseline" not in roles or a[0].variant == b[0].variant:
+            continue
+        other = b[0] if a[0].role == "baseline" else a[0]
+        if other.variant not in found or alpha < found[other.variant][0]:  # two claims: the narrower level
+            found[other.variant] = (alpha, claim.chance)
+    return json.dumps({"looks": list(looks) if looks else None, "method": method,
+                       "claims": {v: list(x) for v, x in found.items()}}, separators=(",", ":"))
+
+
+def delta_design(parent_tags: dict[str, str]) -> DeltaDesign:
+    """The sweep's DELTA_TAG; a sweep logged before it: median intervals over the looks its
+    `seeds` tag names ("adaptive 3..12"), no claim."""
+    raw = parent_tags.get(DELTA_TAG)
+    if raw:
+        doc = json.loads(raw)
+        return DeltaDesign(tuple(doc["looks"]) if doc.get("looks") else None, doc.get("method", "median"),
+                           {v: (float(a), c) for v, (a, c) in doc.get("claims", {}).items()})
+    seeds = parent_tags.get("seeds", "")
+    if seeds.startswith("adaptive ") and ".." in seeds:  # "adaptive 3..12", or extended "adaptive 3..12..20"
+        start, *maxima = (int(x) for x in seeds.removeprefix("adaptive ").split(".."))
+        return DeltaDesign((max(start, 2), *maxima))
+    return DeltaDesign()
 
 
 # --------------------------------------------------------------------------- reading MLflow
@@ -441,20 +503,34 @@ def _ci95(std: pd.Series, count: pd.Series) -> pd.Series:
     return n.map(quantile) * std / n.pow(0.5)
 
 
-def _paired_deltas(done: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per variant: (delta, ci95, n) of metric − the baseline's metric at the same seed."""
-    out = pd.DataFrame(index=pd.Index(done["variant"].unique(), name="variant"),
-                       columns=["delta", "ci95", "n"], dtype=float)
+DELTA_PARTS = ("delta", "low", "high", "n", "alpha")  # the Δ column's csv columns: <metric>_delta[_part]
+
+
+def _paired_deltas(done: pd.DataFrame, metric: str, design: DeltaDesign) -> pd.DataFrame:
+    """Per variant: the interval of metric − the baseline's metric paired by seed, as the
+    verdicts take it (verdicts.interval, the runs tagged diverged and those the claim's chance
+    level calls diverged left out): its centre, low, high, n and alpha."""
+    out = pd.DataFrame(index=pd.Index(done["variant"].unique(), name="variant"), columns=list(DELTA_PARTS),
+                       dtype=float)
     base = done[done["role"] == "baseline"]
     if base.empty or metric not in done:
         return out
-    # A seed run twice (a resume that double-logged) counts once, as its mean.
+    # A seed run twice (a resume that double-logged) counts once, as its mean; a NaN is no pair.
     per_seed = done.pivot_table(index="variant", columns="seed", values=metric, aggfunc="mean")
-    base_seed = base.groupby("seed")[metric].mean().to_dict()
+    base_seed = base.groupby("seed")[metric].mean().dropna().to_dict()
+    tagged = done[done["diverged"] != ""].groupby("variant")["seed"].agg(set).to_dict()
+    base_gone = set().union(*(tagged.get(v, set()) for v in base["variant"].unique()))
     # Plain rows and one assignment: a Series and a .loc write per variant took seconds at
-    # 5,000 configurations. paired_delta skips the NaN seeds row.dropna() used to drop.
+    # 5,000 configurations.
     seeds = list(per_seed.columns)
-    found = [paired_delta(dict(zip(seeds, row)), base_seed) for row in per_seed.to_numpy().tolist()]
+    found = []
+    for variant, row in zip(per_seed.index, per_seed.to_numpy().tolist()):
+        alpha, chance = design.of(variant)
+        a = {s: v for s, v in zip(seeds, row) if not math.isnan(v)}
+        gone = tagged.get(variant, set()) | base_gone | set(verdicts.diverged(a, chance)) \
+            | set(verdicts.diverged(base_seed, chance))
+        iv = verdicts.interval(a, base_seed, design.looks, alpha, design.method, skip=gone)
+        found.append((iv.centre, iv.low, iv.high, iv.n, alpha))
     if found:
         out.loc[per_seed.index] = pd.DataFrame(found, index=per_seed.index, columns=out.columns, dtype=float)
     return out
@@ -487,7 +563,7 @@ def _label_params(swept: list[str]) -> dict[str, list[str]]:
 
 
 # The tags build_table and _status read (tags.<name>).
-TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", STANDS_FOR]
+TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", "diverged", STANDS_FOR]
 
 
 def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
@@ -519,8 +595,9 @@ def _labels(runs: pd.DataFrame, keys: list[str], make) -> list[str]:
 
 def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame:
     """One row per configuration (finished seeds grouped; numeric columns carry _std, _ci95
-    and n, a count its _median, _min and _max; the delta metric carries <metric>_delta,
-    _delta_ci95 and _delta_n, paired by seed against the baseline), then one row per failed
+    and n, a count its _median, _min and _max; the delta metric carries <metric>_delta and
+    its _delta_low, _delta_high, _delta_n and _delta_alpha, paired by seed against the
+    baseline as the verdicts pair it), then one row per failed
     or interrupted trial with its one-line reason. Vectorised: 10,000 runs build in seconds."""
     from mtbert.config import Config, flatten
 
@@ -546,6 +623,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
         "stopped_early": (_col(runs, "tags.stopped_early") == "true").values,
         "status": runs["_status"].values, "reason": error.values,
         STANDS_FOR: _col(runs, f"tags.{STANDS_FOR}").astype(object).fillna("").values,
+        "diverged": _col(runs, "tags.diverged").astype(object).fillna("").values,
     })
     numeric = list(figure_columns(task_metrics))
     for name in numeric:
@@ -574,9 +652,10 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     low, runs_timed = by.min(), by.count()
     spread = (by.max() / low - 1).where((runs_timed > 1) & (low > 0))
     table["wall_time_spread"] = spread.reindex(table["variant"]).values
-    deltas = _paired_deltas(done, DELTA_METRIC).reindex(table["variant"])
-    delta_columns = [DELTA_COLUMN, f"{DELTA_COLUMN}_ci95", f"{DELTA_COLUMN}_n"]
-    table[delta_columns] = deltas[["delta", "ci95", "n"]].values
+    design = delta_design(parent_tags)
+    deltas = _paired_deltas(done, DELTA_METRIC, design).reindex(table["variant"])
+    delta_columns = [DELTA_COLUMN, *(f"{DELTA_COLUMN}_{part}" for part in DELTA_PARTS[1:])]
+    table[delta_columns] = deltas[list(DELTA_PARTS)].values
     table.loc[table["role"] == "baseline", delta_columns] = math.nan
     table["status"] = "finished"
     table["reason"] = ""
@@ -593,6 +672,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
     table.attrs["tm_score"] = tm_choice(parent_tags, runs)
+    table.attrs["delta_design"] = design
     return table
 
 
@@ -645,8 +725,8 @@ def sort_table(table: pd.DataFrame, key: str = "overall") -> pd.DataFrame:
 
 def _cell(r: dict, c: Column) -> Cell:
     """A label; else mean ± 95% CI half-width (a single seed, or no spread to estimate: the
-    mean alone); the Δ column its paired interval and the seeds both ran; a count its median
-    and range."""
+    mean alone); the Δ column the median (or mean) of the paired differences, its interval
+    (delta_cell) and the seeds paired; a count its median and range."""
     if c.key == "regime":
         return Cell(_row_label(r))
     if c.key in LABEL_COLUMNS:
@@ -655,9 +735,7 @@ def _cell(r: dict, c: Column) -> Cell:
     if pd.isna(value):
         return Cell("–")
     if c.key == DELTA_COLUMN:
-        half, n = r.get(f"{DELTA_COLUMN}_ci95", math.nan), r.get(f"{DELTA_COLUMN}_n", math.nan)
-        aside = ("" if pd.isna(half) else f"± {half:{c.fmt.lstrip('+')}} ") + f"(n={int(n)})"
-        return Cell(f"{value:{c.fmt}}", aside)
+        return delta_cell(value, *(r.get(f"{DELTA_COLUMN}_{part}", math.nan) for part in DELTA_PARTS[1:]), c.fmt)
     if c.key == "n":
         return Cell(str(int(value)))
     if c.count:
@@ -666,6 +744,14 @@ def _cell(r: dict, c: Column) -> Cell:
         return Cell(f"{median:g}", "" if pd.isna(low) or low == high else f"({low:g}–{high:g})")
     half = r.get(f"{c.key}_ci95", math.nan)
     return Cell(f"{value:{c.fmt}}", "" if int(r["n"]) < 2 or pd.isna(half) else f"± {half:{c.fmt}}")
+
+
+def delta_cell(centre: float, low: float, high: float, n: float, alpha: float, fmt: str = DELTA.fmt) -> Cell:
+    """`+0.006 [−0.007, +0.019] (n=9)`: the interval as `mtbert findings` prints it, its level
+    named where it is not 95% (a claim's share of the family), n alone where there is none."""
+    level = "" if pd.isna(alpha) or math.isclose(alpha, verdicts.ALPHA) else f" {1 - alpha:.2%}"
+    bounds = "" if pd.isna(low) else f"[{low:{fmt}}, {high:{fmt}}]{level} "
+    return Cell(f"{centre:{fmt}}", f"{bounds}(n={int(n)})")
 
 
 def all_columns(table: pd.DataFrame) -> dict[str, Column]:
@@ -765,7 +851,8 @@ def display_rows(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
     # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table; and only of the
     # columns these cells read (a table has some 80).
     needed = ["regime", "role", "status", "reason", "stopped_early", "wall_time_spread", STANDS_FOR, "n",
-              *(f"{c.key}{part}" for c in shown for part in ("", "_ci95", "_n", "_median", "_min", "_max"))]
+              *(f"{c.key}{part}" for c in shown for part in ("", "_ci95", "_n", "_median", "_min", "_max")),
+              *(f"{DELTA_COLUMN}_{part}" for part in DELTA_PARTS[1:])]
     records = table[[k for k in dict.fromkeys(needed) if k in table.columns]].to_dict("records")
     rows = [[_cell(r, c) for c in shown] for r in records]
     return shown, rows, _bold(table, rows, shown)
@@ -814,7 +901,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
     legend = [  # (whether the table needs it, the entry), in the caption's order
         (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
         ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
-        (DELTA_COLUMN in keys, f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran)."),
+        (DELTA_COLUMN in keys, delta_caption(table.attrs.get("delta_design", DeltaDesign()))),
         (DELTA_M in keys, "Δm%: mean over tasks of the relative change of each task score against the same "
          "task trained alone (the single-task rows), same seed; positive = better than alone."),
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
@@ -842,6 +929,24 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
             parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "
                          "fine-tuning lost what the encoder knew (`mtbert best` still names the best trained one).")
     return " ".join(parts)
+
+
+def delta_caption(design: DeltaDesign) -> str:
+    """What the Δ column's intervals are: the verdicts' (docs/verdicts.md)."""
+    what = ("the median of the per-seed differences from * and its 95% interval [L, H], valid whatever the "
+            "noise's shape" if design.method == "median" else
+            "the mean of the per-seed differences from * and its 95% t-interval [L, H], right for near-normal "
+            "differences")
+    parts = [f"Δ {DELTA_METRIC} vs *: {what}"]
+    if design.looks:
+        parts.append(f"sequential over looks {'..'.join(map(str, design.looks))}")
+    if design.claims:
+        parts.append("where a claim of the sweep makes the comparison, at the claim's level (named in the cell), "
+                     "as mtbert findings gives it")
+    parts.append("n: seeds paired, none diverged")
+    if design.method == "median":
+        parts.append(f"n alone: too few for an interval (6 at least{', more over looks' if design.looks else ''})")
+    return "; ".join(parts) + "."
 
 
 def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> export.Table:

@@ -38,6 +38,8 @@ Entry points, from the whole table to the parts:
     intervals(a, b, looks, alpha, ...)  the same on arrays, vectorised over leading axes
     outcomes(low, high, relation, δ)    verdict codes for arrays of intervals (OUTCOMES index)
     sign_bounds(first, last, alpha)     the order statistic k of each look
+    extended_bounds(looks, alpha)       the same for a design extended after it ended: (3, 12, 20)
+    walk_miss(first, ks)                the exact miss of a design's k, for any continuous noise
     diverged(values, chance, loss)      the runs that failed to train, with the reason
     claim_alphas(claims, error_rate)    each claim's α under a family-wise or per-claim rate
     is_open(codes, n, max_seeds)        the adaptive rule: which claims get another seed
@@ -67,7 +69,8 @@ from orchestration.sweep.claims import Claim, same
 __all__ = [
     "ALPHA", "METHODS", "ERROR_RATES", "OUTCOMES", "DECIDED", "HOLDS", "CONTRADICTED", "NO_DIFFERENCE",
     "INCONCLUSIVE", "NOT_RUN", "CHANCE_SHARE", "Claim", "Interval", "Verdict", "claim", "findings", "decide",
-    "judge", "interval", "paired_interval", "intervals", "outcomes", "sign_bounds", "first_decidable",
+    "judge", "interval", "paired_interval", "intervals", "outcomes", "sign_bounds", "extended_bounds", "walk_miss",
+    "first_decidable",
     "sequential_level",
     "diverged", "diverged_mask", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
     "decide_from_summary", "per_seed", "describe",
@@ -126,28 +129,60 @@ def sign_bounds(first: int, last: int, alpha: float = ALPHA) -> tuple[int, ...]:
     miss, computed exactly over the walk, stays within alpha/2; (n, n) is the fixed design."""
     if not 1 <= first <= last:
         raise ValueError(f"looks ({first}, {last}): need 1 <= first <= last")
+    if first == last:  # a fixed design: the largest k whose one tail fits alpha/2
+        from scipy.special import bdtr
+
+        return (int(np.sum(bdtr(np.arange((last + 1) // 2), last, 0.5) <= alpha / 2 * (1 + 1e-12))),)
+    return _spend(first, (), range(first, last + 1), alpha)
+
+
+@lru_cache(maxsize=None)
+def extended_bounds(looks: tuple[int, ...], alpha: float = ALPHA) -> tuple[int, ...]:
+    """k for each look n = looks[0]..looks[-1] of a sequential design extended after it ended
+    (more seeds for a finished sweep): (first, last) is `sign_bounds(first, last)`; (first,
+    last, more, ...) keeps the k of every look up to `last` as they were, and gives the added
+    looks last+1..more the largest per-look level whose joint miss, over the same exact
+    Binomial walk as the earlier looks, stays within alpha/2: the error the earlier looks left
+    unspent (a spending of what remains). The intervals already reported stay what they were,
+    and all looks together miss the median with probability ≤ alpha/2 a side, so an extension
+    decided after seeing the verdicts keeps the rate. Each further extension appends a maximum."""
+    if len(looks) < 2 or any(b <= a for a, b in zip(looks[1:], looks[2:])):
+        raise ValueError(f"looks {looks}: need (first, last, more, ...) with each maximum above the one before")
+    if len(looks) == 2:
+        return sign_bounds(looks[0], looks[1], alpha)
+    kept = extended_bounds(looks[:-1], alpha)
+    return _spend(looks[0], kept, range(looks[-2] + 1, looks[-1] + 1), alpha)
+
+
+def _spend(first: int, kept: tuple[int, ...], looks: range, alpha: float) -> tuple[int, ...]:
+    """`kept` (the k of looks first.., fixed) and, for `looks` after them, the k of one per-look
+    one-sided level c: the largest whose joint miss with the kept looks stays within alpha/2."""
     from scipy.special import bdtr
 
-    looks = range(first, last + 1)
     # P(Bin(n, ½) <= k − 1) for k = 1..⌈n/2⌉ at every look: the candidate per-look levels.
     tails = [bdtr(np.arange((n + 1) // 2), n, 0.5) for n in looks]
 
     def ks(level: float) -> list[int]:
         return [int(np.sum(t <= level * (1 + 1e-12))) for t in tails]
 
-    if first == last:  # a fixed design: the largest k whose one tail fits alpha/2
-        return tuple(ks(alpha / 2))
     levels = np.unique(np.concatenate(tails))
     best = [0] * len(tails)
     low, high = 0, len(levels) - 1  # the miss grows with the level: bisect for the largest that fits
     while low <= high:
         mid = (low + high) // 2
         candidate = ks(float(levels[mid]))
-        if _walk_miss(first, candidate) <= alpha / 2 * (1 + 1e-9):
+        if _walk_miss(first, [*kept, *candidate]) <= alpha / 2 * (1 + 1e-9):
             best, low = candidate, mid + 1
         else:
             high = mid - 1
-    return tuple(best)
+    return (*kept, *best)
+
+
+def walk_miss(first: int, ks: Sequence[int]) -> float:
+    """The exact chance, for any continuous noise, that the intervals of k = `ks` at looks
+    first, first + 1, ... miss the median above at some look (the same below): the figure
+    `sign_bounds` and `extended_bounds` keep within alpha/2."""
+    return _walk_miss(first, list(ks))
 
 
 def _walk_miss(first: int, ks: list[int]) -> float:
@@ -166,13 +201,13 @@ def _walk_miss(first: int, ks: list[int]) -> float:
     return missed
 
 
-def _design(looks: tuple[int, int] | None, n: int) -> tuple[int, int]:
+def _design(looks: tuple[int, ...] | None, n: int) -> tuple[int, ...]:
     """The looks an interval over n seeds is taken under: (n, n) for a fixed design; a
-    sequential one widened to include n when the seeds stopped outside it."""
+    sequential one (extended: more maxima) widened to include n when the seeds stopped outside it."""
     if looks is None:
         return n, n
-    first, last = looks
-    return max(1, min(first, n)), max(last, n)
+    first, *middle, last = looks
+    return (max(1, min(first, n)), *middle, max(last, n))
 
 
 def first_decidable(looks: tuple[int, int] | None, alpha: float = ALPHA, method: str = "median") -> int | None:
@@ -180,25 +215,27 @@ def first_decidable(looks: tuple[int, int] | None, alpha: float = ALPHA, method:
     if method == "mean":
         return 2
     if looks is not None:
-        bounds = sign_bounds(max(1, looks[0]), looks[1], alpha)
-        for n, k in zip(range(max(1, looks[0]), looks[1] + 1), bounds):
+        design = (max(1, looks[0]), *looks[1:])
+        for n, k in zip(range(design[0], design[-1] + 1), extended_bounds(design, alpha)):
             if k:
                 return n
-        start = looks[1] + 1
+        start = looks[-1] + 1
     else:
         start = 1
-    return next((n for n in range(start, MAX_SEEDS + 1) if sign_bounds(*_design(looks, n), alpha)[-1]), None)
+    return next((n for n in range(start, MAX_SEEDS + 1) if extended_bounds(_design(looks, n), alpha)[-1]), None)
 
 
-def _k(looks: tuple[int, int] | None, n: int, alpha: float) -> int:
-    first, last = _design(looks, n)
-    return sign_bounds(first, last, alpha)[n - first]
+def _k(looks: tuple[int, ...] | None, n: int, alpha: float) -> int:
+    design = _design(looks, n)
+    return extended_bounds(design, alpha)[n - design[0]]
 
 
 def _t_half(looks: tuple[int, int] | None, n: int, alpha: float) -> float:
     """t quantile of the mean's interval at look n (the calibrated sequential level)."""
     if looks is None:
         return t_quantile(n - 1, 1 - alpha)
+    if len(looks) > 2:  # the level is calibrated by Monte Carlo for one design, not an extension of it
+        raise ValueError(f"looks {looks}: an extended design takes the median's interval (method median)")
     first, last = _design(looks, n)
     return t_quantile(n - 1, sequential_level(max(2, first), max(last, 2), 1 - alpha))
 
@@ -638,7 +675,7 @@ def row(claim_: Claim, verdict: Verdict) -> dict[str, Any]:
             "a_diverged": len(verdict.diverged_a), "b_diverged": len(verdict.diverged_b),
             "paper_effect": claim_.paper_effect, "paper_inside": verdict.paper_inside,
             "seeds_needed": verdict.seeds_needed, "error_rate": claim_.error_rate,
-            "looks": f"{claim_.looks[0]}..{claim_.looks[1]}" if claim_.looks else None, "paper": claim_.paper}
+            "looks": "..".join(map(str, claim_.looks)) if claim_.looks else None, "paper": claim_.paper}
 
 
 def findings(table: Any, claims: Sequence[Claim], error_rate: str | None = None, method: str | None = None,

@@ -288,8 +288,10 @@ def _seeds_design(sweep: Sweep) -> dict[str, Any]:
     return sweep.adaptive.describe() if sweep.adaptive is not None else {"fixed": sweep.seeds}
 
 
-def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
+def _parent_tags(sweep: Sweep, planner: Planner, run_dir: Path, total: int) -> dict[str, str]:
     from mtbert.tasks import get_task
+    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.sweep.claims import configurations, design_looks
 
     points = {d.key: d.config_keys() for d in sweep.dims if d.type_name == "points"}
     return {"sweep_file": sweep.source, "algorithm": sweep.spec.search.algorithm,
@@ -306,6 +308,9 @@ def _parent_tags(sweep: Sweep, run_dir: Path, total: int) -> dict[str, str]:
             "claims": str(len(sweep.claims)),
             "seeds": (f"adaptive {sweep.adaptive.start}..{sweep.adaptive.max}" if sweep.adaptive is not None
                       else ",".join(map(str, sweep.seeds))),
+            # The leaderboard's Δ column takes the intervals the claims' verdicts take.
+            DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
+                                        design_looks(sweep.adaptive), sweep.spec.verdicts.interval),
             # The leaderboard's task columns, so it needs no plugin to read a sweep that had one.
             "task_metrics": ",".join(get_task(t).metric_name for t in sweep.base["tasks"]),
             # A points dimension's name -> its keys: the importance reads them as one factor.
@@ -324,7 +329,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     _check_local_resources(sweep, address, num_cpus)
     uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
     check_tracking(uri)
-    from orchestration.run.scheduler import make_scheduler, tune_metric
     from orchestration.run.searcher import make_searcher
 
     planner = Planner(sweep)
@@ -356,7 +360,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     (run_dir / RECORD_FILE).unlink(missing_ok=True)  # left by a run of this name that died before Tune saved
     outage_s = sweep.spec.tracking.outage_s
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
-                                   _parent_tags(sweep, run_dir, total), commit, state_dir=run_dir,
+                                   _parent_tags(sweep, planner, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep), log=log)
     tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
     tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
@@ -386,6 +390,17 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
         f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}'{apart} "
         f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
 
+    tuner = _tuner(sweep, searcher, total, run_name, storage_dir, tracking, progress)
+    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
+    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
+                claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke, setup=setup)
+
+
+def _tuner(sweep: Sweep, searcher, total: int, run_name: str, storage_dir: Path, tracking: SweepTracking,
+           progress: bool):
+    """A new Tune run of `searcher`'s trials (at most `total`) in storage_dir/run_name."""
+    from orchestration.run.scheduler import make_scheduler, tune_metric
+
     _quiet_tune()
     from ray import tune
 
@@ -395,8 +410,9 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     from orchestration.run.callbacks import TrackingCallback
     from orchestration.run.progress import ProgressPrinter
 
+    adaptive = sweep.adaptive is not None
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
-    tuner = tune.Tuner(
+    return tune.Tuner(
         _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=total,
@@ -409,11 +425,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             callbacks=[TrackingCallback(tracking), CSVLoggerCallback(), JsonLoggerCallback(),
                        *([printer] if progress else [])]),
     )
-    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    outcome = _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                   claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke)
-    outcome.setup = setup
-    return outcome
 
 
 def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
@@ -505,6 +516,78 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
                 smoke=bool(state.get("smoke", False)))
 
 
+EXTENDED = "-seeds"  # an extension's folder: <sweep folder>-seeds<N>
+
+
+def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, num_cpus: int | None = None,
+                 log: Callable[[str], None] = print, storage: str | Path | None = None,
+                 progress: bool = True) -> SweepOutcome:
+    """More seeds for a finished adaptive sweep (`sweep resume NAME --seeds-max N`): its
+    searcher, as Tune saved it (every finished trial's figures, the seeds each configuration
+    ran), goes on with max N, adding rounds where a claim is still open; no finished trial runs
+    again. Each claim's looks become (start, old max, N): the looks already taken keep their
+    bounds and the new ones spend only the error those left (verdicts.extended_bounds), so the
+    verdicts keep their stated rate however the decision to add seeds was made. The new trials
+    run as a Tune run of their own in <folder>-seeds<N> (resumable like any), logging under the
+    sweep's parent run, which then holds the verdicts, leaderboard and summary of all its trials."""
+    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.run.searcher import SweepSearcher
+    from orchestration.sweep.claims import configurations
+    from orchestration.sweep.spec import MAX_SEEDS
+
+    t_start = time.perf_counter()
+    check_num_cpus(num_cpus)
+    run_dir = _find_run_dir(path_or_name, storage)
+    state = _read_state(run_dir / STATE_FILE)
+    if not state.get("adaptive"):
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} runs a list of seeds; more seeds are for adaptive "
+                         "seeds ({start, max}), whose claims say where they go")
+    searcher = SweepSearcher.restored(run_dir)
+    rounds, sweep = searcher._rounds, searcher.planner.sweep
+    if rounds.finished is None:
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} has not ended; `{_resume_command(run_dir)}` first")
+    if not rounds.design.max < seeds_max <= MAX_SEEDS:
+        raise SweepError(f"--seeds-max {seeds_max}: sweep {run_dir.name} already looked up to {rounds.design.max} "
+                         f"seeds; give more than that, at most {MAX_SEEDS}")
+    if any(c.interval != "median" for c in sweep.claims):
+        raise SweepError(f"--seeds-max: sweep {run_dir.name} judges by the mean's t-interval, whose level is "
+                         "calibrated for its own looks; more seeds need `verdicts: {interval: median}`")
+    new_dir = run_dir.parent / f"{run_dir.name}{EXTENDED}{seeds_max}"
+    if (new_dir / "tuner.pkl").exists():
+        raise SweepError(f"{new_dir} already holds this extension; continue it with "
+                         f"`{tool('mtbert')} sweep resume {new_dir.name} --storage {new_dir.parent}`")
+    was = rounds.design.max
+    searcher.extend(seeds_max)
+    planner = searcher.planner
+    total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
+    check_tracking(state["tracking_uri"])
+    setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
+    if not _init_ray(address, num_cpus, state.get("plugins", [])):
+        from orchestration.run.remote import check_shared_storage
+
+        check_shared_storage(run_dir.parent)
+    new_dir.mkdir(parents=True, exist_ok=True)
+    (new_dir / RECORD_FILE).unlink(missing_ok=True)
+    tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
+                             state["sweep"], state.get("git_commit"), state_dir=new_dir,
+                             outage_s=float(state.get("outage_s", 180.0)), run_name=new_dir.name)
+    tracking.reopen_parent()
+    claims_doc = to_doc(sweep.claims, {**_seeds_design(sweep), "extended_from": rounds.extended})
+    tracking.tag_parent({"seeds": f"adaptive {sweep.adaptive.start}..{'..'.join(map(str, rounds.extended))}"
+                                  f"..{seeds_max}",
+                         DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
+                                                     sweep.claims[0].looks, "median")})
+    tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
+    (new_dir / STATE_FILE).write_text(json.dumps({**state, "total_trials": total, "claims": json.loads(claims_doc),
+                                                  "extends": run_dir.name}, indent=2))
+    log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
+        f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
+    tuner = _tuner(sweep, searcher, total, new_dir.name, new_dir.parent, tracking, progress)
+    models = (state.get("log_models", "best"), state.get("register_model"))
+    return _fit(tuner, tracking, new_dir.name, new_dir, state["experiment"], total, t_start, log, models,
+                claims=sweep.claims, adaptive=True, smoke=sweep.smoke, setup=setup)
+
+
 def _flat_names() -> None:
     """The flat module names a sweep folder saved before the rooms pickled its objects under,
     as aliases of the modules now in rooms, so that its Tune state unpickles."""
@@ -530,9 +613,10 @@ def _moved_names() -> None:
 def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experiment: str,
          total: int, t_start: float, log: Callable[[str], None],
          models: tuple[str, str | None] = ("best", None), claims: list | None = None,
-         adaptive: bool = False, smoke: bool = False) -> SweepOutcome:
+         adaptive: bool = False, smoke: bool = False, setup: dict[str, float] | None = None) -> SweepOutcome:
     """`total`: the planned trials; under adaptive seeds the most there may be (the searcher
-    ends the sweep when no claim is open, so every trial Tune holds must have ended)."""
+    ends the sweep when no claim is open, so every trial Tune holds must have ended). `setup`:
+    the shared setup's seconds (_prepare_data), said on their own in the summary."""
     from orchestration.run.storage import hold_reserve, release_reserve
 
     status = "FAILED"
@@ -588,6 +672,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
                          f"`{_resume_command(run_dir)}`")
     outcome = _outcome(tracking, results, run_name, run_dir, experiment, status, t_start)
     outcome.verdicts = judged
+    outcome.setup = dict(setup or {})
     calls = dict(tracking.record.calls_by_ref)
     outcome.mlflow_calls = sum(calls.values())
     (run_dir / CALLS_FILE).write_text(json.dumps(calls, indent=1, sort_keys=True))
@@ -879,6 +964,11 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")
+    if o.setup:  # the parent run's setup_*_s: before the first trial, in no trial's time nor budget.hours
+        parts = ", ".join(f"{k.removeprefix('setup_').removesuffix('_s').replace('_', ' ')} {v:.1f}s"
+                          for k, v in o.setup.items())
+        log(f"shared setup {sum(o.setup.values()):.1f}s before the first trial ({parts}): "
+            "no trial's time, nor seeds.budget.hours'")
     for line in o.verdicts:
         log(line)
     # Quoted: a store under a folder with spaces must paste back as one argument.
@@ -893,4 +983,4 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
         log(f"browse: open {ui_link(o.tracking_uri, o.experiment_id)} in a browser")
 
 
-__all__ = ["run_sweep", "resume_sweep", "SweepOutcome", "STATE_FILE"]
+__all__ = ["run_sweep", "resume_sweep", "extend_sweep", "SweepOutcome", "STATE_FILE"]

@@ -65,10 +65,16 @@ class SeedRounds:
         self.figures: dict[str, dict[str, float]] = {}  # key -> run figures of a finished trial
         self.rounds: list[dict[str, Any]] = []  # what each round decided, for the record
         self.finished: str | None = None  # why no round follows
-        self.spent_s = 0.0  # the driver's wall time while the sweep ran (budget.hours)
-        self._tick = time.time()
+        self.extended: list[int] = []  # the earlier maxima of a sweep given more seeds (extend)
+        # budget.hours: the driver's wall time from its first trial on, so that the shared setup
+        # (tokenizing, the frozen-layer cache, Ray's start: the parent run's setup_*_s) and the
+        # time a stopped driver was down are not the trials'.
+        self.spent_s = 0.0
+        self._tick: float | None = None  # None: no trial handed out yet
 
     def _clock(self) -> None:
+        if self._tick is None:
+            return
         now = time.time()
         self.spent_s += max(now - self._tick, 0.0)
         self._tick = now
@@ -76,7 +82,24 @@ class SeedRounds:
     def restored(self) -> None:
         self._tick = time.time()  # the time the driver was down is not the sweep's
 
+    def extend(self, most: int) -> None:
+        """More seeds for an ended sweep: open claims go on to `most` paired seeds, each claim's
+        looks gaining the new maximum (verdicts.extended_bounds: the looks taken keep their
+        bounds). `most` is the extension's budget: the sweep's own budget was the first part's."""
+        from dataclasses import replace
+
+        from orchestration.sweep.spec import AdaptiveSeeds
+
+        self.extended = [*getattr(self, "extended", []), self.design.max]  # a state saved before the field
+        self.design = AdaptiveSeeds(start=self.design.start, max=most)
+        self.claims = [replace(c, looks=(*(c.looks or (self.design.start, self.extended[-1])), most))
+                       for c in self.claims]
+        self.finished = None
+        self._tick = None  # budget.hours' clock: from the new first trial
+
     def handed_out(self, trial_id: str, config: dict[str, Any]) -> None:
+        if self._tick is None:  # the first trial: the budget's clock starts
+            self._tick = time.time()
         self.key_of[trial_id] = config["key"]
         full = config["config"]
         self.shape[config["key"]] = {"tasks": full.get("tasks", []),
@@ -167,7 +190,7 @@ class SeedRounds:
         targets: dict[str, int] = {}
         cut = None
         if budget.hours is not None and self.spent_s >= budget.hours * 3600:
-            cut = "budget.hours spent"
+            cut = f"budget.hours spent: {self.spent_s / 3600:.2g} h of trial time"
         else:
             # A claim on a TM-relative score also takes the baseline: its score is taken against
             # the same seed's baseline.
@@ -223,6 +246,31 @@ class SweepSearcher(Searcher):
         self._queued: list[tuple[str, dict]] = []  # (primary trial id, config) of later seeds
         self._groups: dict[str, dict[str, Any]] = {}  # primary trial id -> {size, results}
         self._primary_of: dict[str, str] = {}
+
+    @classmethod
+    def restored(cls, folder: str | Path) -> "SweepSearcher":
+        """The searcher a Tune run saved in its folder (Searcher.restore_from_dir), its planner
+        and rounds included: what `sweep resume --seeds-max` goes on from."""
+        from orchestration.errors import SweepError
+
+        searcher = cls.__new__(cls)
+        Searcher.__init__(searcher)
+        searcher._inner = None
+        try:
+            searcher.restore_from_dir(str(folder))
+        except RuntimeError:
+            raise SweepError(f"{folder}: Ray Tune saved no searcher state there; the sweep cannot go on from it") from None
+        return searcher
+
+    @property
+    def planner(self) -> Planner:
+        return self._planner
+
+    def extend(self, most: int) -> None:
+        """SeedRounds.extend, and the sweep the planner plans by: at most `most` seeds each."""
+        self._rounds.extend(most)
+        self._planner.sweep.adaptive = self._rounds.design
+        self._planner.sweep.claims = self._rounds.claims
 
     @property
     def total_trials(self) -> int:

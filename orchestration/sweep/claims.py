@@ -328,8 +328,14 @@ def with_verdicts(claims: list[Claim], verdicts) -> list[Claim]:
     return [dataclasses.replace(c, error_rate=verdicts.error_rate, interval=verdicts.interval) for c in claims]
 
 
+def design_looks(adaptive) -> tuple[int, int] | None:
+    """The looks of adaptive seeds (start .. max paired seeds; from 2, as one seed has no
+    interval to decide on); None under a list of seeds (one look, at the end)."""
+    return (max(adaptive.start, 2), adaptive.max) if adaptive is not None else None
+
+
 def with_looks(claims: list[Claim], adaptive) -> list[Claim]:
-    """Under adaptive seeds every claim is judged at its sequential design's looks (start ..
-    max paired seeds; from 2, as one seed has no interval to decide on); under a list, once."""
-    looks = (max(adaptive.start, 2), adaptive.max) if adaptive is not None else None
+    """Under adaptive seeds every claim is judged at its sequential design's looks; under a
+    list, once."""
+    looks = design_looks(adaptive)
     return [dataclasses.replace(c, looks=looks) for c in claims]

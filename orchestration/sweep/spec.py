@@ -82,7 +82,7 @@ class VerdictsSpec:
 @dataclass
 class SeedBudget:
     trials: int | None = None  # at most this many trials in the whole sweep
-    hours: float | None = None  # no new round after this much of the driver's wall time
+    hours: float | None = None  # no new round after this much wall time from the first trial (not the setup)
 
 
 @dataclass

@@ -8,7 +8,9 @@ resumed, with the same trials either way.
 """
 from __future__ import annotations
 
+import io
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from ray.tune.search import Searcher
@@ -106,6 +109,27 @@ def test_a_budget_cuts_the_rounds_and_a_tm_claim_takes_the_baseline(tmp_path):
     assert searcher._rounds.rounds[-1]["end"] == "budget.trials spent"
 
 
+def test_budget_hours_counts_the_trials_time_not_the_setup(tmp_path):
+    # One second of budget: the rounds go on however long the setup before the first trial took.
+    path = write_sweep(tmp_path / "h.yaml", **PLANTED, seeds={"start": 2, "max": 5, "budget": {"hours": 1 / 3600}})
+    searcher = make_searcher(Planner(load_sweep(path)))
+    time.sleep(1.2)  # the shared setup: tokenizing, the frozen-layer cache, Ray's start
+    assert by_variant(drive(searcher))["p001"] == [0, 1, 2, 3, 4]
+    # Trials that take the second: no round after the first.
+    slow = make_searcher(Planner(load_sweep(path)))
+    handed = []
+    while (config := slow.suggest(f"t{len(handed)}")) is not None:
+        handed.append((f"t{len(handed)}", config))
+    time.sleep(1.2)
+    for trial_id, config in handed:
+        result = {"epoch": 1, "overall": planted(config), "done": True}
+        slow.on_trial_result(trial_id, result)
+        slow.on_trial_complete(trial_id, result)
+    assert slow.suggest("t9") == Searcher.FINISHED
+    assert slow._rounds.rounds[-1]["end"].startswith("budget.hours spent: 0.0003")
+    assert slow._rounds.describe_round().startswith("seeds: no round 2 (budget.hours spent: 0.0003")
+
+
 def test_a_restored_searcher_adds_the_same_seeds(tmp_path):
     path = write_sweep(tmp_path / "c.yaml", **PLANTED, seeds={"start": 2, "max": 4})
     whole = drive(make_searcher(Planner(load_sweep(path))))
@@ -126,6 +150,24 @@ def test_a_restored_searcher_adds_the_same_seeds(tmp_path):
                                                                             "p001": "I-S-S"}[variant]}}}
         restored.on_trial_complete(trial_id, {"epoch": 1, "overall": planted(config), "done": True})
     assert drive(restored, handed) == whole
+
+
+def test_more_seeds_for_an_ended_sweep_go_to_its_open_claims_only(tmp_path):
+    from orchestration.run.searcher import SweepSearcher
+
+    path = write_sweep(tmp_path / "m.yaml", **PLANTED, seeds={"start": 2, "max": 3})
+    first = make_searcher(Planner(load_sweep(path)))
+    handed = drive(first)
+    assert by_variant(handed) == {"baseline": [0, 1, 2], "p000": [0, 1], "p001": [0, 1, 2]}
+    first.save_to_dir(str(tmp_path))  # as Tune saves it in the sweep's folder
+    more = SweepSearcher.restored(tmp_path)
+    more.extend(5)
+    assert [c.looks for c in more.planner.sweep.claims] == [(2, 3, 5), (2, 3, 5)]
+    added = drive(more, [])
+    # Only the open claim's configurations, only seeds they have not run: nothing trained twice.
+    assert by_variant(added) == {"p001": [3, 4], "baseline": [3, 4]}
+    assert more._rounds.rounds[-1]["end"] == "1 undecided claim(s) at 5 seeds"
+    assert more._rounds.extended == [3]
 
 
 # --------------------------------------------------------------------------- a real sweep
@@ -188,6 +230,21 @@ def test_real_sweep_spends_seeds_on_the_open_claim(uninterrupted):
     proc = run_cli(["findings", "--tracking-uri", uninterrupted["uri"], "--format", "csv"], cwd=uninterrupted["work"])
     assert proc.returncode == 0, proc.stderr
     assert ",holds," in proc.stdout.splitlines()[1] and ",inconclusive," in proc.stdout.splitlines()[2]
+    # The leaderboard's Δ overall of the head-dropout point is that claim's interval: its median,
+    # its n, its share of the family (2 claims: 2.5%), no interval at 3 seeds over looks 2..3.
+    judged = {r["claim"]: r for r in json.loads(Path(client.download_artifacts(
+        parent.info.run_id, "verdicts.json", str(uninterrupted["work"]))).read_text())}
+    claim = judged["head dropout moves overall"]
+    proc = run_cli(["leaderboard", "--experiment", "adaptive", "--tracking-uri", uninterrupted["uri"],
+                    "--format", "csv"], cwd=uninterrupted["work"])
+    assert proc.returncode == 0, proc.stderr
+    board = pd.read_csv(io.StringIO(proc.stdout)).set_index("variant").loc["p001"]
+    assert board["overall_delta"] == pytest.approx(claim["delta"]) and board["overall_delta_n"] == claim["n"] == 3
+    assert board["overall_delta_alpha"] == pytest.approx(claim["alpha"]) == 0.025
+    assert math.isnan(board["overall_delta_low"]) and claim["low"] is None
+    md = run_cli(["leaderboard", "--experiment", "adaptive", "--tracking-uri", uninterrupted["uri"]],
+                 cwd=uninterrupted["work"]).stdout
+    assert "sequential over looks 2..3" in md and "at the claim's level" in md
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from orchestration.report import verdicts
 from orchestration.report.leaderboard import build_table, render, sort_table
 from orchestration.stats import mean_ci, paired_delta
 
@@ -66,30 +67,37 @@ def _runs(rows: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
 
 
 TAGS = {"tasks": "sst,para,sts", "space_keys": "sharing.head_regime"}
+# Six seeds: the fewest whose median has a 95% interval (docs/verdicts.md).
+BASE6 = {**BASE, 5: 0.72}
+CONFIG6 = {**CONFIG, 5: 0.72 + 0.0045}
 
 
 @pytest.fixture
 def table() -> pd.DataFrame:
-    rows = [("baseline", "baseline", s, "I-I-I", BASE[s]) for s in BASE]
-    rows += [("p000", "search", s, "S-S-S", CONFIG[s]) for s in BASE]
+    rows = [("baseline", "baseline", s, "I-I-I", BASE6[s]) for s in BASE6]
+    rows += [("p000", "search", s, "S-S-S", CONFIG6[s]) for s in BASE6]
     rows += [("p001", "search", 0, "I-S-S", 0.9)]  # one seed: no interval
-    rows += [("reference", "reference", s, "none", BASE[s] + 0.003) for s in BASE]
+    rows += [("reference", "reference", s, "none", BASE6[s] + 0.003) for s in BASE6]
     runs = _runs(rows)
     runs.loc[runs["tags.variant"] == "reference", "metrics.sst_acc"] = 0.95  # every row below it on SST
     return sort_table(build_table(runs, TAGS))
 
 
-def test_table_carries_intervals_and_paired_delta(table):
+def test_table_carries_intervals_and_the_verdicts_paired_delta(table):
     rows = table.set_index("variant")
-    mean, half, n = mean_ci(CONFIG.values())
+    mean, half, n = mean_ci(CONFIG6.values())
     assert rows.loc["p000", "overall"] == pytest.approx(mean)
     assert rows.loc["p000", "overall_ci95"] == pytest.approx(half)
-    delta, dhalf, dn = paired_delta(CONFIG, BASE)
-    assert rows.loc["p000", "overall_delta"] == pytest.approx(delta)
-    assert rows.loc["p000", "overall_delta_ci95"] == pytest.approx(dhalf)
-    assert rows.loc["p000", "overall_delta_n"] == dn == 5
+    # The Δ is the verdicts' interval of the median: [smallest, largest] difference at six seeds.
+    found = verdicts.interval(CONFIG6, BASE6)
+    assert (found.centre, found.low, found.high) == (pytest.approx(0.005), pytest.approx(0.004), pytest.approx(0.006))
+    assert rows.loc["p000", "overall_delta"] == pytest.approx(found.centre)
+    assert rows.loc["p000", ["overall_delta_low", "overall_delta_high"]].tolist() == [
+        pytest.approx(found.low), pytest.approx(found.high)]
+    assert rows.loc["p000", "overall_delta_n"] == found.n == 6 and rows.loc["p000", "overall_delta_alpha"] == 0.05
     assert math.isnan(rows.loc["baseline", "overall_delta"])
     assert math.isnan(rows.loc["p001", "overall_ci95"]) and rows.loc["p001", "overall_delta_n"] == 1
+    assert math.isnan(rows.loc["p001", "overall_delta_low"])
 
 
 def test_every_format_shows_the_interval_and_delta(table):
@@ -97,25 +105,27 @@ def test_every_format_shows_the_interval_and_delta(table):
     lines = md.splitlines()
     assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     p000 = next(line for line in lines if line.startswith("| S-S-S"))
-    mean, half, _ = mean_ci(CONFIG.values())
-    delta, dhalf, _ = paired_delta(CONFIG, BASE)
-    assert f"| {mean:.3f} ± {half:.3f} | {delta:+.3f} ± {dhalf:.3f} (n=5) |" in p000
+    mean, half, _ = mean_ci(CONFIG6.values())
+    assert f"| {mean:.3f} ± {half:.3f} | +0.005 [+0.004, +0.006] (n=6) |" in p000
     p001 = next(line for line in lines if line.startswith("| I-S-S"))
     assert "| **0.900** | **+0.300** (n=1) |" in p001  # one seed: no interval; the best overall: bold
-    assert "95% confidence interval" in md and "paired by seed" in md
+    assert "95% confidence interval" in md and "the median of the per-seed differences from *" in md
     # the reference row is named, and the caption lists who falls below it, task by task
     assert any(line.startswith("| frozen reference |") for line in lines)
     assert ("rows whose mean is below it: Overall: I-I-I k=all*; SC acc.: I-I-I k=all*, I-S-S k=all, "
             "S-S-S k=all; PD acc.: I-I-I k=all*;") in md
     latex = render(table, "latex")
-    assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "(n=5)" in latex
+    assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "{[}+0.004, +0.006{]} (n=6)" in latex
     html = render(table, "html")
-    assert "Δ overall vs *" in html and f'{delta:+.3f} <span class="aside">± {dhalf:.3f} (n=5)</span>' in html
+    assert "Δ overall vs *" in html and '+0.005 <span class="aside">[+0.004, +0.006] (n=6)</span>' in html
+    assert "the median of the per-seed differences" in html
     csv = pd.read_csv(__import__("io").StringIO(render(table, "csv")))
-    for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_ci95", "overall_delta_n"):
+    for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_low", "overall_delta_high",
+                "overall_delta_n", "overall_delta_alpha"):
         assert col in csv.columns
     row = csv.set_index("variant").loc["p000"]
-    assert row["overall_delta_ci95"] == pytest.approx(dhalf) and row["overall_delta_n"] == 5
+    assert (row["overall_delta_low"], row["overall_delta_high"], row["overall_delta_n"]) == (
+        pytest.approx(0.004), pytest.approx(0.006), 6)
 
 
 def test_a_baseline_that_differs_outside_the_space_says_how():

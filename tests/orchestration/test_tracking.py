@@ -188,12 +188,13 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     assert row["overall_ci95"] == pytest.approx(12.7062 * math.sqrt(2 * 0.05 ** 2) / math.sqrt(2), rel=1e-4)
     # paired by seed against the baseline's best overall: 0.50 - 0.40, 0.60 - 0.42
     assert row["overall_delta"] == pytest.approx(0.14) and row["overall_delta_n"] == 2
+    assert math.isnan(row["overall_delta_low"])  # the median of two differences has no 95% interval
     assert table[table["status"] == "finished"].set_index("variant").loc["p001"]["n"] == 1  # failed seed not averaged in
     lines = text.splitlines()
     assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
     # The best of each column bold; the epoch (2 and 3) a lower median and range, never a mean ± interval.
-    assert "S-I-I k=all" in lines[3] and "**0.550** ± 0.635 | **+0.140** ± 0.508 (n=2) | 2 (2–3) |" in lines[3]
+    assert "S-I-I k=all" in lines[3] and "**0.550** ± 0.635 | **+0.140** (n=2) | 2 (2–3) |" in lines[3]
     assert "I-S-S k=all †" in lines[4]
     assert "| I-S-S k=all ✗ (ValueError: boom) |" in text  # a failed trial shows, with its reason
     assert "| S-I-I k=all ‡ |" in text  # the run test_no_run_left_running closed: interrupted
