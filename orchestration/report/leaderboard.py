@@ -3,7 +3,8 @@
     mtbert leaderboard --experiment smoke --format md
 
 One row per configuration: its labels (regime: head regime, encoder sharing k and any other
-swept or baseline key off its default; learning rate; loss weights), best dev overall and its
+swept or baseline key off its default; the learning rates that trained it, the encoder's and
+the heads'; loss weights), best dev overall and its
 epoch, the task scores at that epoch, train time, model size, peak memory and the TM-relative
 scores. The baseline is marked * and pinned first. A configuration run under several seeds is
 one row of mean ± 95% t-interval half-width (orchestration/stats.py), a count (the epoch) its
@@ -48,7 +49,8 @@ from orchestration.paths import fluent_tracking_uri, sqlite_path
 from orchestration.report import export
 from orchestration.report.export import Cell
 from orchestration.stats import paired_delta, t_quantile
-from orchestration.sweep.labels import OWN_COLUMNS, STANDS_FOR, fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.sweep.labels import (OWN_COLUMNS, RATE_KEYS, STANDS_FOR, fmt_rates, fmt_weighting, parse_param,
+                                        regime_label)
 
 FORMATS = ("md", "csv", "latex", "html")
 # The papers' names of the task scores; the other figures' headers: mtbert/figures.py.
@@ -74,6 +76,7 @@ class Column:
     count: bool = False  # a whole number per run: its seeds' median and range, never mean ± interval
 
 
+LR_HEADER = "LR (enc. / heads)"  # sweep.labels.fmt_rates: the rates that trained the row
 LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
 DELTA = Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max")
@@ -480,7 +483,7 @@ def _label_params(swept: list[str]) -> dict[str, list[str]]:
     names the swept keys that have no column of their own."""
     return {"regime": ["sharing.head_regime", "sharing.encoder_shared_layers",
                        *[k for k in swept if k not in OWN_COLUMNS]],
-            "lr": ["optim.lr"],
+            "lr": list(RATE_KEYS),
             "weights": ["loss.weighting", "loss.pcgrad", "loss.weights", "loss.weights."]}
 
 
@@ -534,7 +537,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     defaults = flatten(Config())
     groups = _label_params(swept)
     regime = _labels(runs, groups["regime"], lambda p: regime_label(p, swept, defaults))
-    lr = _labels(runs, groups["lr"], lambda p: fmt_lr(p.get("optim.lr")))
+    lr = _labels(runs, groups["lr"], fmt_rates)
     weights = _labels(runs, groups["weights"], lambda p: fmt_weighting(p.get("loss.weighting"), _weights(p), tasks,
                                                                           p.get("loss.pcgrad")))
     error = _col(runs, "tags.error").fillna("").astype(str).str.split("\n").str[0].str.slice(0, 200)
@@ -667,7 +670,7 @@ def _cell(r: dict, c: Column) -> Cell:
 def all_columns(table: pd.DataFrame) -> dict[str, Column]:
     """Every column the printed table can show, by key, in the order it shows them."""
     tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
-    labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", "LR"),
+    labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", LR_HEADER),
               "weights": Column("weights", f"w [{' '.join(tasks)}]")}
     columns = figure_columns(table.attrs.get("task_metrics", []))
     tms = [k for k in dict.fromkeys([*tm_columns(table), *TM_COLUMNS.values()]) if k in columns]
@@ -809,6 +812,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
         ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
         (DELTA_COLUMN in keys, f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran)."),
+        ("lr" in keys, "LR: encoder / heads (– : encoder frozen, only the heads train); one rate: both train at it."),
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
         (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
          + " or ".join(costs[k] for k in tms) + "."),

@@ -16,8 +16,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.report.leaderboard import (MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, build_table, child_runs,
-                                       find_sweep, pareto_figure, sort_table, table_keys)
+from orchestration.report.leaderboard import (LR_HEADER, MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, build_table,
+                                              child_runs, find_sweep, pareto_figure, sort_table, table_keys)
 from orchestration.sweep.spec import load_sweep
 
 from .conftest import SWEEPS, write_sweep
@@ -129,7 +129,7 @@ def test_latex_export_is_ascii_booktabs_a_page_wide_with_a_legend_for_what_it_sh
     rows = {line.split(" & ")[0]: line.split(" & ") for line in tex.splitlines() if " & " in line}
     header = [re.sub(r"\\begin\{tabular\}\[b\]\{@\{\}[lr]@\{\}\}(.*)\\end\{tabular\}", r"\1", h).replace("\\\\", " ")
               for h in rows["Regime"]]
-    assert header[:4] == ["Regime", "LR", "Overall", r"$\Delta$ overall vs *"], header
+    assert header[:4] == ["Regime", LR_HEADER, "Overall", r"$\Delta$ overall vs *"], header
     assert "TM-rel. (wall)" not in " ".join(header)  # the headline TM score only: a page holds it
     best = rows["S-I-I k=all"]
     assert best[2].startswith(r"\textbf{0.640}") and r"$\pm$" in best[2]  # the best overall, bold, with its interval
@@ -195,7 +195,7 @@ def test_html_export_renders_in_a_browser(store, tmp_path, capsys):
 def test_columns_are_chosen_by_their_csv_names(store, tmp_path, capsys):
     out, _ = _leaderboard(store, tmp_path, capsys, "--columns", "overall,model_size_mb,lr,best_epoch")
     lines = out.splitlines()
-    assert lines[0] == "| Regime | LR | Overall | Size (MB) | Epoch |"  # the regime first, then the labels
+    assert lines[0] == f"| Regime | {LR_HEADER} | Overall | Size (MB) | Epoch |"  # the regime first, then the labels
     caption = lines[lines.index("") + 1]
     assert "TM-rel." not in caption and "Peak mem." not in caption and "Δ overall" not in caption  # not shown
     assert "Epoch: best dev epoch, median (range)." in caption
