@@ -488,7 +488,7 @@ def _label_params(swept: list[str]) -> dict[str, list[str]]:
 
 
 # The tags build_table and _status read (tags.<name>).
-TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", STANDS_FOR]
+TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", "device", STANDS_FOR]
 
 
 def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
@@ -589,6 +589,8 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
                                                      for stat in ("median", "min", "max")})
         table = pd.concat([table, rest.reindex(columns=table.columns)], ignore_index=True)
     table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
+    # Where the finished runs trained (cpu, cuda (<GPU>)): what their peak memory counts.
+    table.attrs["devices"] = sorted(set(_col(runs, "tags.device")[runs["_status"] == "finished"].dropna().astype(str)))
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
     table.attrs["tm_score"] = tm_choice(parent_tags, runs)
@@ -816,7 +818,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
         (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
          + " or ".join(costs[k] for k in tms) + "."),
-        ("peak_memory_mb" in keys, "Peak mem.: CUDA peak allocated, or peak RSS on CPU."),
+        ("peak_memory_mb" in keys, peak_memory_entry(table.attrs.get("devices", []))),
         ((table["stopped_early"] > 0).any(), "† stopped early by ASHA (its cost on the full-budget basis)."),
         ("wall_time_spread" in table and (table["wall_time_spread"] > WALL_SPREAD).any(),
          f"{WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart: "
@@ -838,6 +840,19 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
             parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "
                          "fine-tuning lost what the encoder knew (`mtbert best` still names the best trained one).")
     return " ".join(parts)
+
+
+def peak_memory_entry(devices: Sequence[str]) -> str:
+    """What the peak memory column counts on the devices the rows trained on (either, for
+    runs logged before their device was tagged). On CPU it is the process's resident set, so
+    a trial in a Ray worker that ran others first also counts what that worker keeps between
+    trials (measure.reset_peak_memory; docs/guide.md says how far apart that puts rows)."""
+    cuda = "CUDA peak allocated (weights, optimizer state, activations)"
+    cpu = ("on CPU the peak resident set of the trial's process, which also counts the libraries (~0.4 GB) "
+           "and the data and frozen-layer blocks its worker kept from earlier trials")
+    on_cpu = not devices or any(not d.startswith("cuda") for d in devices)
+    on_cuda = not devices or any(d.startswith("cuda") for d in devices)
+    return "Peak mem.: " + "; ".join([cuda] * on_cuda + [cpu] * on_cpu) + "."
 
 
 def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> export.Table:

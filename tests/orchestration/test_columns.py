@@ -1,6 +1,7 @@
 """Columns that say what they mean: the learning rates that trained each row (the encoder's,
 the heads', both when they differ), as `mtbert leaderboard` prints them from a sweep's
-MLflow runs, checked against the rates the training loop gives its parameters."""
+MLflow runs, checked against the rates the training loop gives its parameters; and a peak
+memory column whose caption says what it counts on the device the rows trained on."""
 from __future__ import annotations
 
 import re
@@ -24,7 +25,8 @@ CONFIGS = {"baseline": ("baseline", "0", "S-I-S", 0.70), "p000": ("search", "-1"
            "p001": ("search", "4", "S-I-S", 0.66), "reference": ("reference", "-1", "none", 0.60)}
 
 
-def _sweep(uri: str, tmp_path, lr: str = "5e-05", head_lr: str = "0.001", configs: dict = CONFIGS) -> None:
+def _sweep(uri: str, tmp_path, lr: str = "5e-05", head_lr: str = "0.001", configs: dict = CONFIGS,
+           device: str = "cpu") -> None:
     client = MlflowClient(uri)
     exp = client.create_experiment("rates", artifact_location=(tmp_path / "mlartifacts").as_uri())
     parent = client.create_run(exp, run_name="rates-1", start_time=1_000, tags=TAGS).info.run_id
@@ -33,7 +35,7 @@ def _sweep(uri: str, tmp_path, lr: str = "5e-05", head_lr: str = "0.001", config
         for seed in range(2):
             run = client.create_run(exp, run_name=f"{variant}-s{seed}", start_time=start, tags={
                 "mlflow.parentRunId": parent, "variant": variant, "seed": str(seed), "role": role,
-                "stopped_early": "false"}).info.run_id
+                "stopped_early": "false", "device": device}).info.run_id
             start += 1
             score = overall + 0.01 * seed
             figures = {"overall": score, "sst_acc": score, "para_acc": score, "sts_corr": score, "best_epoch": 1.0,
@@ -107,3 +109,15 @@ def test_the_label_agrees_with_the_rates_the_loop_trains_at(freeze, pooling, lr)
                 f"{min(trained):.1e} / 1.0e-03")
     logged = {k: str(v) for k, v in flatten(to_dict(cfg)).items()}  # MLflow params are strings
     assert fmt_rates(logged) == expected
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda (NVIDIA H100 80GB HBM3)"])
+def test_the_caption_says_what_peak_memory_counts_where_the_rows_trained(device, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _sweep(uri, tmp_path, device=device)
+    md = _board(uri, tmp_path, "md", capsys)
+    assert "Peak mem. (MB)" in md.splitlines()[0]
+    cpu = "on CPU the peak resident set of the trial's process, which also counts the libraries"
+    cuda = "CUDA peak allocated (weights, optimizer state, activations)"
+    assert (cpu in md) == (device == "cpu") and (cuda in md) == (device != "cpu"), md
