@@ -31,6 +31,9 @@ from mtbert.errors import did_you_mean
 
 # The report key under which train() hands over its summary of the epochs so far.
 SUMMARY_KEY = "summary"
+# The report key of an epoch's step-level training losses (train.log_every_steps), beside the
+# figures: loss_<task> -> [[global step, mean loss over the steps since the last point], ...].
+STEP_LOSSES = "step_losses"
 # The name pattern of each task's score: its TaskSpec.metric_name.
 TASK_SCORE = "{metric}"
 # The figure whose maximum picks the best epoch.
