@@ -76,6 +76,7 @@ class Column:
     count: bool = False  # a whole number per run: its seeds' median and range, never mean ± interval
 
 
+INTERVAL_LEAD = "Mean ± half-width of its 95% confidence interval over"  # the caption's first words, with seeds
 LR_HEADER = "LR (enc. / heads)"  # sweep.labels.fmt_rates: the rates that trained the row
 LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
@@ -792,9 +793,14 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
 
 
 def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: bool = False, fmt: str = "md") -> str:
-    """A legend for what this table shows: the interval when seeds are grouped, the values
-    every row shares of a label column left out, then an entry for each column that needs
-    one and each mark its rows carry, and no others."""
+    return " ".join(caption_parts(table, columns, bold, fmt))
+
+
+def caption_parts(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: bool = False,
+                  fmt: str = "md") -> list[str]:
+    """A legend for what this table shows, as sentences: the interval when seeds are grouped,
+    the values every row shares of a label column left out, then an entry for each column that
+    needs one and each mark its rows carry, and no others."""
     shown = chosen_columns(table, columns, fmt)
     keys = [c.key for c in shown]
     finished = table[table["status"] == "finished"]
@@ -805,7 +811,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
     parts = []
     if grouped:
         seeds = "n seeds" if "n" in keys or _varies(finished, "n") else f"n = {int(finished['n'].iloc[0])} seeds"
-        parts.append(f"Mean ± half-width of its 95% confidence interval over {seeds}.")
+        parts.append(f"{INTERVAL_LEAD} {seeds}.")
     shared = [f"{known[k].header} {table[k].iloc[0]}" for k in ("lr", "weights") if k not in keys and not _varies(table, k)]
     if shared:
         parts.append("Every row: " + ", ".join(shared) + ".")
@@ -839,7 +845,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         if beaten:
             parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "
                          "fine-tuning lost what the encoder knew (`mtbert best` still names the best trained one).")
-    return " ".join(parts)
+    return parts
 
 
 def peak_memory_entry(devices: Sequence[str]) -> str:
@@ -859,8 +865,11 @@ def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
     """The table as the printed formats take it (`fmt` picks the default columns)."""
     shown, rows, bold = display_rows(table, columns, fmt)
     left = sum(c.key in LABEL_COLUMNS for c in shown)
-    return export.Table([c.header for c in shown], rows, caption(table, columns, bold, fmt), left,
-                        "mtbert-leaderboard")
+    # What a row's numbers are (the interval, when seeds are grouped) is the caption LaTeX sets
+    # above the table; the legend's other entries are its notes.
+    parts = caption_parts(table, columns, bold, fmt)
+    lead = parts.pop(0) if parts and parts[0].startswith(INTERVAL_LEAD) else ""
+    return export.Table([c.header for c in shown], rows, lead, left, "mtbert-leaderboard", tuple(parts))
 
 
 IMPORTANCE_HEADING = "Importance of the swept dimensions"
