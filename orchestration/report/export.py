@@ -91,15 +91,23 @@ def latex_escape(text: str) -> str:
     return "".join(out)
 
 
-def _latex_header(header: str, align: str) -> str:
-    """A long header on two lines (a nested tabular: no package), split before its unit or
-    bracket, else at the space nearest its middle; the lines bottom-aligned with the others."""
+def header_lines(header: str) -> list[str]:
+    """A long header as two lines, split before its unit or bracket, else at the space nearest
+    its middle (LaTeX and HTML alike)."""
     if len(header) <= 9 or " " not in header:
-        return latex_escape(header)
+        return [header]
     at = max(header.rfind(" ("), header.rfind(" ["))
     if at <= 0:
         at = min((m.start() for m in re.finditer(" ", header)), key=lambda i: abs(i - len(header) / 2))
-    inner = r"\\".join(latex_escape(x) for x in (header[:at], header[at + 1:]))
+    return [header[:at], header[at + 1:]]
+
+
+def _latex_header(header: str, align: str) -> str:
+    """A long header on two lines (a nested tabular: no package), bottom-aligned with the others."""
+    lines = header_lines(header)
+    if len(lines) == 1:
+        return latex_escape(header)
+    inner = r"\\".join(latex_escape(x) for x in lines)
     return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
 
 
@@ -177,7 +185,7 @@ thead th { border-top: 2px solid #1a1a1a; border-bottom: 1px solid #1a1a1a; font
 tbody tr:last-child td { border-bottom: 2px solid #1a1a1a; }
 th, td { padding: 0.3rem 0.5rem; text-align: right; font-variant-numeric: tabular-nums; }
 td { white-space: nowrap; }
-th { max-width: 6.5rem; }  /* a long header wraps rather than widen its column */
+th { white-space: nowrap; }  /* a long header on two lines, split where LaTeX splits it */
 th.label, td.label { text-align: left; }
 th:first-child, td:first-child { position: sticky; left: 0; background: #fff; }
 tbody tr:nth-child(even), tbody tr:nth-child(even) td:first-child { background: #f5f6f8; }
@@ -197,8 +205,10 @@ def _html_cell(c: Cell, label: bool) -> str:
 
 
 def html_table(table: Table) -> str:
-    head = "".join(f'<th class="label">{html.escape(h)}</th>' if i < table.left else f"<th>{html.escape(h)}</th>"
-                   for i, h in enumerate(table.headers))
+    def th(h: str, label: bool) -> str:
+        text = "<br>".join(html.escape(x) for x in header_lines(h))
+        return f'<th class="label">{text}</th>' if label else f"<th>{text}</th>"
+    head = "".join(th(h, i < table.left) for i, h in enumerate(table.headers))
     body = "".join("<tr>" + "".join(_html_cell(c, i < table.left) for i, c in enumerate(row)) + "</tr>\n"
                    for row in table.rows)
     return (f'<div class="scroll">\n<table class="{table.css}">\n<caption>{html.escape(table.legend)}</caption>\n'
