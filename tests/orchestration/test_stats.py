@@ -95,7 +95,7 @@ def test_table_carries_intervals_and_paired_delta(table):
 def test_every_format_shows_the_interval_and_delta(table):
     md = render(table, "md")
     lines = md.splitlines()
-    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
+    assert lines[0].startswith("| Regime | LR (enc. / heads) | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     p000 = next(line for line in lines if line.startswith("| S-S-S"))
     mean, half, _ = mean_ci(CONFIG.values())
     delta, dhalf, _ = paired_delta(CONFIG, BASE)
@@ -110,7 +110,7 @@ def test_every_format_shows_the_interval_and_delta(table):
     latex = render(table, "latex")
     assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "(n=5)" in latex
     html = render(table, "html")
-    assert "Δ overall vs *" in html and f'{delta:+.3f} <span class="aside">± {dhalf:.3f} (n=5)</span>' in html
+    assert "Δ overall<br>vs *" in html and f'{delta:+.3f} <span class="aside">± {dhalf:.3f} (n=5)</span>' in html
     csv = pd.read_csv(__import__("io").StringIO(render(table, "csv")))
     for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_ci95", "overall_delta_n"):
         assert col in csv.columns
