@@ -817,10 +817,10 @@ def caption_parts(table: pd.DataFrame, columns: Sequence[str] | None = None, bol
         parts.append("Every row: " + ", ".join(shared) + ".")
     costs = {TM_COLUMNS["compute"]: "counted training FLOPs (compute)", TM_COLUMNS["wall"]: "train time (wall)"}
     legend = [  # (whether the table needs it, the entry), in the caption's order
+        ("lr" in keys, "LR: encoder / heads (– : encoder frozen, only the heads train); one rate: both train at it."),
         (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
         ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
         (DELTA_COLUMN in keys, f"Δ {DELTA_METRIC} vs *: paired by seed (n: seeds both ran)."),
-        ("lr" in keys, "LR: encoder / heads (– : encoder frozen, only the heads train); one rate: both train at it."),
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
         (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
          + " or ".join(costs[k] for k in tms) + "."),
