@@ -327,8 +327,14 @@ class TrainConfig:
     # over the training data, so fine-tuning does not start by sending random heads'
     # gradients into the pretrained layers.
     probe: bool = False
+    # The training loss, per task, averaged over every this many steps (and the epoch's last
+    # ones): a sweep's trials send these points with each epoch's report, and MLflow charts
+    # them as step/loss_<task> at the run's global step. 0 = off.
+    log_every_steps: int = 20
 
     def check(self) -> None:
+        if self.log_every_steps < 0:
+            raise ConfigError(f"train.log_every_steps: must be >= 0 (0 = off), got {self.log_every_steps}")
         for key in ("grad_accum", "epochs", "batch_size"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")

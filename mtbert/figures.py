@@ -34,6 +34,9 @@ SUMMARY_KEY = "summary"
 # The report key of what the run computes on and in ({"device": ..., "precision": ...}): words,
 # not figures; a sweep tags its trial's run with them.
 WHERE_KEY = "where"
+# The report key of an epoch's step-level training losses (train.log_every_steps), beside the
+# figures: loss_<task> -> [[global step, mean loss over the steps since the last point], ...].
+STEP_LOSSES = "step_losses"
 # The name pattern of each task's score: its TaskSpec.metric_name.
 TASK_SCORE = "{metric}"
 # The figure whose maximum picks the best epoch.

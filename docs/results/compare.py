@@ -19,7 +19,6 @@ import math
 import sys
 from pathlib import Path
 
-KEY = ("Regime", "LR")
 SCORES = ("Overall", "SC acc.", "PD acc.", "STS corr.")
 MACHINE = ("Train time (s)", "TM-rel.", "Peak mem. (MB)")
 
@@ -41,9 +40,12 @@ def read_table(path: Path) -> dict[tuple[str, ...], dict[str, str]]:
     for line in lines[2:]:
         row = dict(zip(header, cells(line)))
         weights = next((row[h] for h in header if h.startswith("w [")), "")
+        # `LR`, or `LR (enc. / heads)` since tables name both rates: the encoder's rate keys the
+        # row, so a re-run matches a table committed before (a head-only row's `–` does not).
+        lr = next((row[h] for h in header if h.startswith("LR")), "").split(" / ")[0]
         if CI_CAPTION in text:
             row["_ci"] = "1"
-        rows[tuple(row[k] for k in KEY) + (weights,)] = row
+        rows[(row["Regime"], lr, weights)] = row
     return rows
 
 

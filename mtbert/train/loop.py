@@ -311,6 +311,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
         loss_cnt = torch.zeros(len(cfg.tasks), device=device)
         weight_sum = torch.zeros(len(cfg.tasks), device=device)
         recent: list[tuple[int, torch.Tensor, list[str]]] = []
+        points = StepLosses(cfg.tasks, cfg.train.log_every_steps, len(schedule), (epoch - 1) * n_steps)
         seqs, pad_tokens, all_tokens, real_tokens = 0, 0, 0, 0
         epoch_t0, epoch_flops0 = timer.elapsed, flops
         if progress is not None:
@@ -340,6 +341,7 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
                     weight_sum[i] += step_weights[b.task]
                     seqs += len(b)
                 recent.append((step, losses, step_tasks))
+                points.step(step, loss_sum, loss_cnt)
                 if step % check_every == 0 or step == len(schedule):
                     _check_finite(recent, epoch)
                     recent.clear()
@@ -393,8 +395,9 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
                 save_atomic(state, out_dir / "last" / STATE_FILE)
         if reporter is not None:
             # The summary rides every report: a trial its scheduler stops never returns.
-            _report(reporter, {**m, figures.SUMMARY_KEY: summary, figures.WHERE_KEY: where}, state, config_text, out_dir, phase,
-                    timer.elapsed)
+            # The step points ride the report, not the history: results and checkpoints stay as they were.
+            _report(reporter, {**m, figures.SUMMARY_KEY: summary, figures.STEP_LOSSES: points.points,
+                               figures.WHERE_KEY: where}, state, config_text, out_dir, phase, timer.elapsed)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
                 f"best epoch {summary['best_epoch']}")
@@ -527,6 +530,34 @@ def smart_term(model: MultitaskModel, batch, task, clean: torch.Tensor, cfg: Con
     s = cfg.loss.smart
     return smart_loss(forward, sides, clean, task.kind, epsilon=s.epsilon,
                       step_size=s.step_size, steps=s.steps)
+
+
+# At most this many points per epoch: a long epoch widens the window, so what a trial sends
+# its tracker stays bounded however many steps an epoch has.
+MAX_STEP_POINTS = 200
+
+
+class StepLosses:
+    """train.log_every_steps: each task's mean training loss over the steps since the last
+    point, every `every` steps and at the epoch's last, at the run's global step (the steps of
+    the epochs before plus this one's). Read from the epoch's running sums, so it adds no work
+    to a step but at a point (one device sync there) and draws nothing from any generator."""
+
+    def __init__(self, tasks: list[str], every: int, steps: int, before: int):
+        self.tasks, self.steps, self.before = tasks, steps, before
+        self.every = max(every, math.ceil(steps / MAX_STEP_POINTS)) if every > 0 else 0
+        self.points: dict[str, list[list[float]]] = {}
+        self._sum, self._count = [0.0] * len(tasks), [0.0] * len(tasks)
+
+    def step(self, step: int, loss_sum: torch.Tensor, loss_cnt: torch.Tensor) -> None:
+        if not self.every or (step % self.every and step != self.steps):
+            return
+        sums, counts = loss_sum.tolist(), loss_cnt.tolist()
+        for i, task in enumerate(self.tasks):
+            n = counts[i] - self._count[i]
+            if n > 0:
+                self.points.setdefault(f"loss_{task}", []).append([self.before + step, (sums[i] - self._sum[i]) / n])
+        self._sum, self._count = sums, counts
 
 
 def _check_finite(recent, epoch: int) -> None:

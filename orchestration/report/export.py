@@ -4,10 +4,12 @@ importance table: each takes headers, rows of Cells and a caption, and writes th
 - md: a GitHub table, the caption below it.
 - latex: a `table*` float that builds with pdflatex as exported: ASCII only (every symbol as a
   LaTeX command), booktabs rules, shrunk to the text width only when wider (graphicx's
-  \\resizebox), two-line headers, the caption above. The packages it needs are named in a
-  comment on its first lines.
+  \\resizebox), two-line headers, a short caption above and the legend as notes below; past
+  LATEX_MAX_COLUMNS columns, two tables one over the other, each with the label columns. The
+  packages it needs are named in a comment on its first lines.
 - html: a page of its own (a small inline stylesheet in booktabs' manner), each table's
-  caption first.
+  caption first; intervals under their values, and a table wider than the window scrolls in
+  its own box with the row names kept in view, so the page stays as wide as the window.
 
 A Cell's `aside` (an interval, a range, a count of seeds) is set smaller in print; `bold`
 marks the best value of its column.
@@ -34,6 +36,13 @@ class Table:
     caption: str
     left: int = 1  # the label columns, aligned left; the numbers after them right
     css: str = "mtbert-table"
+    # The legend's entries: after the caption in md and HTML, as notes under a LaTeX table
+    # (whose caption stays the one line above it).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def legend(self) -> str:
+        return " ".join([self.caption, *self.notes]).strip()
 
 
 # --------------------------------------------------------------------------- markdown
@@ -47,7 +56,7 @@ def markdown(table: Table) -> str:
         return "| " + " | ".join(cells) + " |"
     align = ["---"] * table.left + ["---:"] * (len(table.headers) - table.left)
     return "\n".join([line([h.replace("|", "\\|") for h in table.headers]), line(align),
-                      *(line([cell(c) for c in row]) for row in table.rows), "", table.caption]) + "\n"
+                      *(line([cell(c) for c in row]) for row in table.rows), "", table.legend]) + "\n"
 
 
 # --------------------------------------------------------------------------- LaTeX
@@ -82,15 +91,23 @@ def latex_escape(text: str) -> str:
     return "".join(out)
 
 
-def _latex_header(header: str, align: str) -> str:
-    """A long header on two lines (a nested tabular: no package), split before its unit or
-    bracket, else at the space nearest its middle; the lines bottom-aligned with the others."""
+def header_lines(header: str) -> list[str]:
+    """A long header as two lines, split before its unit or bracket, else at the space nearest
+    its middle (LaTeX and HTML alike)."""
     if len(header) <= 9 or " " not in header:
-        return latex_escape(header)
+        return [header]
     at = max(header.rfind(" ("), header.rfind(" ["))
     if at <= 0:
         at = min((m.start() for m in re.finditer(" ", header)), key=lambda i: abs(i - len(header) / 2))
-    inner = r"\\".join(latex_escape(x) for x in (header[:at], header[at + 1:]))
+    return [header[:at], header[at + 1:]]
+
+
+def _latex_header(header: str, align: str) -> str:
+    """A long header on two lines (a nested tabular: no package), bottom-aligned with the others."""
+    lines = header_lines(header)
+    if len(lines) == 1:
+        return latex_escape(header)
+    inner = r"\\".join(latex_escape(x) for x in lines)
     return rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}{inner}\end{{tabular}}"
 
 
@@ -103,18 +120,45 @@ def _latex_cell(c: Cell) -> str:
     return text
 
 
-def latex(table: Table) -> str:
-    """One table* float (no preamble comment: latex_document puts it first)."""
+# Past this many columns (label columns included) a LaTeX table is set as two tables, one over
+# the other, each with the label columns: 14 columns scaled to a page's width printed in a
+# font too small to read, and two halves of 8 stay near \small.
+LATEX_MAX_COLUMNS = 9
+
+
+def _latex_tabular(table: Table, columns: list[int]) -> list[str]:
+    """The tabular of these columns, shrunk to the text width only when wider."""
+    spec = "".join("l" if j < table.left else "r" for j in columns)
+    header = " & ".join(_latex_header(table.headers[j], "l" if j < table.left else "r") for j in columns)
+    return [r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}{!}{%",
+            rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule",
+            *(" & ".join(_latex_cell(row[j]) for j in columns) + r" \\" for row in table.rows),
+            r"\bottomrule", r"\end{tabular}}"]
+
+
+def latex_parts(table: Table) -> list[list[int]]:
+    """The columns of each tabular: all of them, or past LATEX_MAX_COLUMNS the label columns
+    with each half of the others."""
     n = len(table.headers)
-    spec = "l" * table.left + "r" * (n - table.left)
-    header = " & ".join(_latex_header(h, "l" if i < table.left else "r") for i, h in enumerate(table.headers))
+    labels, rest = list(range(table.left)), list(range(table.left, n))
+    if n <= LATEX_MAX_COLUMNS or len(rest) < 2:
+        return [list(range(n))]
+    half = (len(rest) + 1) // 2
+    return [labels + rest[:half], labels + rest[half:]]
+
+
+def latex(table: Table) -> str:
+    """One table* float (no preamble comment: latex_document puts it first): the caption
+    above, one or two tabulars, the legend as notes below in a smaller font."""
+    head, notes = (table.caption, table.notes) if table.caption or not table.notes else \
+        (table.notes[0], table.notes[1:])
+    tabulars = [_latex_tabular(table, columns) for columns in latex_parts(table)]
+    body = [line for i, t in enumerate(tabulars) for line in ([r"\par\medskip"] if i else []) + t]
+    below = [r"\par\smallskip", r"{\footnotesize\raggedright " + latex_escape(" ".join(notes)) + r"\par}"]
     lines = [r"\begin{table*}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
              # Above the table, a small skip below it: article's \belowcaptionskip is zero.
-             rf"\caption{{{latex_escape(table.caption)}}}", r"\smallskip",
-             r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}{!}{%",
-             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule",
-             *(" & ".join(_latex_cell(c) for c in row) + r" \\" for row in table.rows),
-             r"\bottomrule", r"\end{tabular}}", r"\end{table*}"]
+             rf"\caption{{{latex_escape(head)}}}", r"\smallskip", *body,
+             *(below if notes else []), r"\end{table*}"]
     return "\n".join(lines) + "\n"
 
 
@@ -130,18 +174,24 @@ STYLE = """\
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1a1a1a;
        margin: 2rem; line-height: 1.4; }
 h1 { font-size: 1.15rem; font-weight: 600; margin: 0 0 1rem; }
-table { border-collapse: collapse; margin: 0 0 2.5rem; font-size: 0.9rem; }
+/* A table wider than the window scrolls inside its own box, the row names staying in view;
+   the page itself never grows wider than the window. */
+.scroll { overflow-x: auto; max-width: 100%; margin: 0 0 2.5rem; }
+table { border-collapse: collapse; font-size: 0.9rem; }
 caption { caption-side: top; text-align: left; max-width: 60rem; padding-bottom: 0.6rem;
-          font-size: 0.85rem; color: #444; }
+          font-size: 0.85rem; color: #444; position: sticky; left: 0; }
 thead th { border-top: 2px solid #1a1a1a; border-bottom: 1px solid #1a1a1a; font-weight: 600;
            vertical-align: bottom; }
 tbody tr:last-child td { border-bottom: 2px solid #1a1a1a; }
 th, td { padding: 0.3rem 0.5rem; text-align: right; font-variant-numeric: tabular-nums; }
 td { white-space: nowrap; }
-th { max-width: 6.5rem; }  /* a long header wraps rather than widen its column */
+th { white-space: nowrap; }  /* a long header on two lines, split where LaTeX splits it */
 th.label, td.label { text-align: left; }
-tbody tr:nth-child(even) { background: #f5f6f8; }
-.aside { color: #666; font-size: 0.8em; }
+th:first-child, td:first-child { position: sticky; left: 0; background: #fff; }
+tbody tr:nth-child(even), tbody tr:nth-child(even) td:first-child { background: #f5f6f8; }
+/* An interval or range on a line of its own under its value: a column is as wide as its
+   number, not number and interval side by side. */
+.aside { display: block; color: #666; font-size: 0.8em; }
 """
 
 
@@ -155,12 +205,14 @@ def _html_cell(c: Cell, label: bool) -> str:
 
 
 def html_table(table: Table) -> str:
-    head = "".join(f'<th class="label">{html.escape(h)}</th>' if i < table.left else f"<th>{html.escape(h)}</th>"
-                   for i, h in enumerate(table.headers))
+    def th(h: str, label: bool) -> str:
+        text = "<br>".join(html.escape(x) for x in header_lines(h))
+        return f'<th class="label">{text}</th>' if label else f"<th>{text}</th>"
+    head = "".join(th(h, i < table.left) for i, h in enumerate(table.headers))
     body = "".join("<tr>" + "".join(_html_cell(c, i < table.left) for i, c in enumerate(row)) + "</tr>\n"
                    for row in table.rows)
-    return (f'<table class="{table.css}">\n<caption>{html.escape(table.caption)}</caption>\n'
-            f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n")
+    return (f'<div class="scroll">\n<table class="{table.css}">\n<caption>{html.escape(table.legend)}</caption>\n'
+            f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n</div>\n")
 
 
 def html_page(title: str, tables: list[Table]) -> str:

@@ -3,7 +3,8 @@
     mtbert leaderboard --experiment smoke --format md
 
 One row per configuration: its labels (regime: head regime, encoder sharing k and any other
-swept or baseline key off its default; learning rate; loss weights), best dev overall and its
+swept or baseline key off its default; the learning rates that trained it, the encoder's and
+the heads'; loss weights), best dev overall and its
 epoch, the task scores at that epoch, train time, model size, peak memory and the TM-relative
 scores. The baseline is marked * and pinned first. A configuration run under several seeds is
 one row of mean ± 95% t-interval half-width (orchestration/stats.py), a count (the epoch) its
@@ -52,7 +53,8 @@ from orchestration.report import export
 from orchestration.report.export import Cell
 from orchestration.report import verdicts
 from orchestration.stats import t_quantile
-from orchestration.sweep.labels import OWN_COLUMNS, SINGLE_TASK, STANDS_FOR, YARDSTICKS, fmt_lr, fmt_weighting, parse_param, regime_label
+from orchestration.sweep.labels import (OWN_COLUMNS, RATE_KEYS, SINGLE_TASK, STANDS_FOR, YARDSTICKS, fmt_rates,
+                                        fmt_weighting, parse_param, regime_label)
 
 FORMATS = ("md", "csv", "latex", "html")
 # The papers' names of the task scores; the other figures' headers: mtbert/figures.py.
@@ -80,6 +82,8 @@ class Column:
     count: bool = False  # a whole number per run: its seeds' median and range, never mean ± interval
 
 
+INTERVAL_LEAD = "Mean ± half-width of its 95% confidence interval over"  # the caption's first words, with seeds
+LR_HEADER = "LR (enc. / heads)"  # sweep.labels.fmt_rates: the rates that trained the row
 LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the regime column carries its marks
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
 DELTA = Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max")
@@ -558,12 +562,12 @@ def _label_params(swept: list[str]) -> dict[str, list[str]]:
     names the swept keys that have no column of their own."""
     return {"regime": ["sharing.head_regime", "sharing.encoder_shared_layers",
                        *[k for k in swept if k not in OWN_COLUMNS]],
-            "lr": ["optim.lr"],
+            "lr": list(RATE_KEYS),
             "weights": ["loss.weighting", "loss.pcgrad", "loss.weights", "loss.weights."]}
 
 
 # The tags build_table and _status read (tags.<name>).
-TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", "diverged", STANDS_FOR]
+TABLE_TAGS = ["variant", "role", "seed", "stopped_early", "interrupted", "error", "diverged", "device", STANDS_FOR]
 
 
 def table_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
@@ -613,7 +617,7 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     defaults = flatten(Config())
     groups = _label_params(swept)
     regime = _labels(runs, groups["regime"], lambda p: regime_label(p, swept, defaults))
-    lr = _labels(runs, groups["lr"], lambda p: fmt_lr(p.get("optim.lr")))
+    lr = _labels(runs, groups["lr"], fmt_rates)
     weights = _labels(runs, groups["weights"], lambda p: fmt_weighting(p.get("loss.weighting"), _weights(p), tasks,
                                                                           p.get("loss.pcgrad")))
     error = _col(runs, "tags.error").fillna("").astype(str).str.split("\n").str[0].str.slice(0, 200)
@@ -669,6 +673,8 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
     single = table["role"] == SINGLE_TASK
     table.loc[single, "regime"] = SINGLE_TASK_LABEL + " " + table.loc[single, "variant"].str.removeprefix("single-")
+    # Where the finished runs trained (cpu, cuda (<GPU>)): what their peak memory counts.
+    table.attrs["devices"] = sorted(set(_col(runs, "tags.device")[runs["_status"] == "finished"].dropna().astype(str)))
     table.attrs["task_metrics"] = task_metrics
     table.attrs["tasks"] = tasks
     table.attrs["tm_score"] = tm_choice(parent_tags, runs)
@@ -757,7 +763,7 @@ def delta_cell(centre: float, low: float, high: float, n: float, alpha: float, f
 def all_columns(table: pd.DataFrame) -> dict[str, Column]:
     """Every column the printed table can show, by key, in the order it shows them."""
     tasks = table.attrs.get("tasks", ["sst", "para", "sts"])
-    labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", "LR"),
+    labels = {"regime": Column("regime", "Regime"), "lr": Column("lr", LR_HEADER),
               "weights": Column("weights", f"w [{' '.join(tasks)}]")}
     columns = figure_columns(table.attrs.get("task_metrics", []))
     tms = [k for k in dict.fromkeys([*tm_columns(table), *TM_COLUMNS.values()]) if k in columns]
@@ -880,9 +886,14 @@ def below_reference(table: pd.DataFrame) -> dict[str, list[str]] | None:
 
 
 def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: bool = False, fmt: str = "md") -> str:
-    """A legend for what this table shows: the interval when seeds are grouped, the values
-    every row shares of a label column left out, then an entry for each column that needs
-    one and each mark its rows carry, and no others."""
+    return " ".join(caption_parts(table, columns, bold, fmt))
+
+
+def caption_parts(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: bool = False,
+                  fmt: str = "md") -> list[str]:
+    """A legend for what this table shows, as sentences: the interval when seeds are grouped,
+    the values every row shares of a label column left out, then an entry for each column that
+    needs one and each mark its rows carry, and no others."""
     shown = chosen_columns(table, columns, fmt)
     keys = [c.key for c in shown]
     finished = table[table["status"] == "finished"]
@@ -893,12 +904,13 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
     parts = []
     if grouped:
         seeds = "n seeds" if "n" in keys or _varies(finished, "n") else f"n = {int(finished['n'].iloc[0])} seeds"
-        parts.append(f"Mean ± half-width of its 95% confidence interval over {seeds}.")
+        parts.append(f"{INTERVAL_LEAD} {seeds}.")
     shared = [f"{known[k].header} {table[k].iloc[0]}" for k in ("lr", "weights") if k not in keys and not _varies(table, k)]
     if shared:
         parts.append("Every row: " + ", ".join(shared) + ".")
     costs = {TM_COLUMNS["compute"]: "counted training FLOPs (compute)", TM_COLUMNS["wall"]: "train time (wall)"}
     legend = [  # (whether the table needs it, the entry), in the caption's order
+        ("lr" in keys, "LR: encoder / heads (– : encoder frozen, only the heads train); one rate: both train at it."),
         (bold, "Bold: best per column" + (" (reference aside)." if has_reference else ".")),
         ((finished["role"] == "baseline").any(), "* baseline" + (" (TM-rel. = 1)." if tms else ".")),
         (DELTA_COLUMN in keys, delta_caption(table.attrs.get("delta_design", DeltaDesign()))),
@@ -907,7 +919,7 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         ("best_epoch" in keys, "Epoch: best dev epoch" + (", median (range)." if grouped else ".")),
         (tms, "TM-rel.: (overall / base) × (cost_base / cost) × (size_base / size), cost: "
          + " or ".join(costs[k] for k in tms) + "."),
-        ("peak_memory_mb" in keys, "Peak mem.: CUDA peak allocated, or peak RSS on CPU."),
+        ("peak_memory_mb" in keys, peak_memory_entry(table.attrs.get("devices", []))),
         ((table["stopped_early"] > 0).any(), "† stopped early by ASHA (its cost on the full-budget basis)."),
         ("wall_time_spread" in table and (table["wall_time_spread"] > WALL_SPREAD).any(),
          f"{WALL_MARK} the configuration's runs took train times more than {WALL_SPREAD:.0%} apart: "
@@ -928,7 +940,20 @@ def caption(table: pd.DataFrame, columns: Sequence[str] | None = None, bold: boo
         if beaten:
             parts.append(f"The {REFERENCE_LABEL} beats every trained configuration on {', '.join(beaten)}: "
                          "fine-tuning lost what the encoder knew (`mtbert best` still names the best trained one).")
-    return " ".join(parts)
+    return parts
+
+
+def peak_memory_entry(devices: Sequence[str]) -> str:
+    """What the peak memory column counts on the devices the rows trained on (either, for
+    runs logged before their device was tagged). On CPU it is the process's resident set, so
+    a trial in a Ray worker that ran others first also counts what that worker keeps between
+    trials (measure.reset_peak_memory; docs/guide.md says how far apart that puts rows)."""
+    cuda = "CUDA peak allocated (weights, optimizer state, activations)"
+    cpu = ("on CPU the peak resident set of the trial's process, which also counts the libraries (~0.4 GB) "
+           "and the data and frozen-layer blocks its worker kept from earlier trials")
+    on_cpu = not devices or any(not d.startswith("cuda") for d in devices)
+    on_cuda = not devices or any(d.startswith("cuda") for d in devices)
+    return "Peak mem.: " + "; ".join([cuda] * on_cuda + [cpu] * on_cpu) + "."
 
 
 def delta_caption(design: DeltaDesign) -> str:
@@ -953,8 +978,11 @@ def export_table(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
     """The table as the printed formats take it (`fmt` picks the default columns)."""
     shown, rows, bold = display_rows(table, columns, fmt)
     left = sum(c.key in LABEL_COLUMNS for c in shown)
-    return export.Table([c.header for c in shown], rows, caption(table, columns, bold, fmt), left,
-                        "mtbert-leaderboard")
+    # What a row's numbers are (the interval, when seeds are grouped) is the caption LaTeX sets
+    # above the table; the legend's other entries are its notes.
+    parts = caption_parts(table, columns, bold, fmt)
+    lead = parts.pop(0) if parts and parts[0].startswith(INTERVAL_LEAD) else ""
+    return export.Table([c.header for c in shown], rows, lead, left, "mtbert-leaderboard", tuple(parts))
 
 
 IMPORTANCE_HEADING = "Importance of the swept dimensions"

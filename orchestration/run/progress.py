@@ -15,7 +15,7 @@ from ray.tune import Callback
 
 from orchestration.run.callbacks import error_line
 from orchestration.run.trainable import ended, failure
-from orchestration.sweep.labels import fmt_lr, regime_label
+from orchestration.sweep.labels import fmt_rates, regime_label
 from orchestration.track.tracking import SweepTracking
 
 
@@ -34,7 +34,7 @@ def describe(config: dict[str, Any]) -> str:
     if config.get("role") == "single_task":
         return f"single-task {flat['tasks'][0]}"
     label = regime_label(flat, list(config.get("values", {})), {})
-    return f"{label} lr={fmt_lr(flat.get('optim.lr'))}"
+    return f"{label} lr={fmt_rates(flat)}"
 
 
 class ProgressPrinter(Callback):

@@ -1,5 +1,6 @@
 """Short human labels for trial configurations, shared by the progress lines and the
-leaderboard: `I-S-S k=2 freeze=1` for the regime, `3.2e-04` for a learning rate,
+leaderboard: `I-S-S k=2 freeze=1` for the regime, `3.2e-04` for a learning rate
+(`5.0e-05 / 1.0e-03` for an encoder's and its heads' rates),
 `[.40 .20 .40]` for loss weights (in the order of `tasks`), or the weighting method's name
 (`gradnorm`) where the method sets the weights itself."""
 from __future__ import annotations
@@ -48,6 +49,24 @@ def parse_param(text: Any) -> Any:
 def fmt_lr(value: Any) -> str:
     value = parse_param(value)
     return f"{value:.1e}" if isinstance(value, (int, float)) else str(value)
+
+
+def fmt_rates(config: dict[str, Any]) -> str:
+    """The learning rates that trained a run (`config` flat, typed or as MLflow strings):
+    `5.0e-05 / 1.0e-03` (the encoder's optim.lr / the heads' optim.head_lr) where they differ,
+    one rate where they are the same, `– / 1.0e-03` where only the heads train (freeze.layers
+    -1, unless a pooler above the frozen encoder trains at the encoder's rate). A run logged
+    before optim.head_lr existed trained everything at optim.lr."""
+    lr, head = parse_param(config.get("optim.lr")), parse_param(config.get("optim.head_lr"))
+    if not isinstance(head, (int, float)):
+        return fmt_lr(lr)
+    if parse_param(config.get("freeze.layers")) == -1 and config.get("model.pooling") != "pooler":
+        return f"– / {fmt_lr(head)}"
+    return fmt_lr(lr) if lr == head else f"{fmt_lr(lr)} / {fmt_lr(head)}"
+
+
+# The params fmt_rates reads.
+RATE_KEYS = ("optim.lr", "optim.head_lr", "freeze.layers", "model.pooling")
 
 
 def fmt_weights(weights: Any, tasks: list[str]) -> str:

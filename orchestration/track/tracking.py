@@ -18,6 +18,8 @@ syncs what lags. Past `outage_s` of failed syncs the sweep stops (callbacks.py).
 Names on a child run:
   params   the trial's full flattened config (optim.lr, sharing.head_regime, ...)
   metrics  epoch/<name> at step=epoch for every per-epoch figure of train();
+           step/loss_<task> at step = the run's global step (train.log_every_steps),
+           sent with their epoch;
            the final figures under the DESIGN names (sst_acc, ..., overall, best_epoch,
            train_time_s, model_size_mb, ..., tm_relative_score, tm_time_s, epochs_run)
   tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
@@ -55,6 +57,7 @@ from orchestration.track.tm import mean_reference, single_task_scores, time_basi
 from orchestration.track.view import SWEEP_RUN_TAG, mark_experiment, save_runs_view
 
 EPOCH_PREFIX = "epoch/"
+STEP_PREFIX = "step/"  # train.log_every_steps: step/loss_<task> at the run's global step
 PARENT_TAG = "mlflow.parentRunId"
 # Keys Tune adds to every report; they are bookkeeping, not training figures.
 TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip",
@@ -197,7 +200,7 @@ def final_figures(history: dict[int, dict[str, float]], metric_names: list[str] 
 def _trial() -> dict[str, Any]:
     # `sent`: what the trial's run holds (run id, params logged, epochs up to `cursor`, the
     # tags, metrics and files last sent, its status): the sync's cursor, journaled with the rest.
-    return {"config": {}, "tags": {}, "epochs": {}, "summary": None, "status": "RUNNING", "reason": None,
+    return {"config": {}, "tags": {}, "epochs": {}, "steps": {}, "summary": None, "status": "RUNNING", "reason": None,
             "error": None, "log": None, "sent": {"cursor": 0, "tags": {}, "metrics": {}}}
 
 
@@ -239,6 +242,8 @@ class SweepRecord:
         if "epoch" in e:
             n = int(e["epoch"])
             before, r["epochs"][n] = r["epochs"].get(n), e["m"]
+            # An epoch run again brings its own points (or none); a record from before has no "steps".
+            r.setdefault("steps", {})[n] = e.get("steps", {})
             if n <= r["sent"]["cursor"] and _retrained(before, e["m"]):  # the run gets it again
                 r["sent"]["cursor"] = n - 1
         for target, fields in ((r, e.get("set", {})), (r["sent"], e.get("sent", {}))):
@@ -667,8 +672,13 @@ class SweepTracking:
         """One report: its figures (at step=epoch) and the node it ran on, into the record."""
         from mtbert.figures import SUMMARY_KEY, WHERE_KEY
 
+        from mtbert.figures import STEP_LOSSES
+
         metrics = epoch_metrics(result)
         entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
+        points = result.get(STEP_LOSSES)
+        if isinstance(points, dict) and points:  # train.log_every_steps: sent with the epoch's figures
+            entry["steps"] = {k: [[int(at), float(v)] for at, v in series] for k, series in points.items()}
         summary = result.get(SUMMARY_KEY)
         if isinstance(summary, dict):  # train()'s own word on its epochs so far
             entry["set"]["summary"] = {k: float(v) for k, v in summary.items() if _is_number(v)}
@@ -730,6 +740,7 @@ class SweepTracking:
             sent = {**t["sent"], "tags": dict(t["sent"]["tags"]), "metrics": dict(t["sent"]["metrics"])}
             tags, metrics, result = record.view(key)
             epochs = {n: m for n, m in t["epochs"].items() if n > sent["cursor"]}
+            steps = {n: t.get("steps", {}).get(n, {}) for n in epochs}
             status, log, config = t["status"], t["log"], t["config"]
         client, run_id = self.client, sent["run"]
         if not sent.get("based"):
@@ -748,6 +759,9 @@ class SweepTracking:
         # [system] system/* keep MLflow's names (the run's System metrics tab)
         batch = [[k if k.startswith(SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
                  for n, m in sorted(epochs.items()) for k, v in m.items()]
+        # The epochs' step-level losses in the same calls, at the run's global step.
+        batch += [[STEP_PREFIX + k, v, now, at] for n in sorted(steps) for k, series in steps[n].items()
+                  for at, v in series]
         new_tags, new_metrics = _unsent(sent, tags, metrics)
         # Epochs and the end in calls of their own, however the changes fell between syncs:
         # a trial's call count depends on its record only (mlflow_calls.json).

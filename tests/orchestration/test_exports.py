@@ -16,8 +16,8 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.report.leaderboard import (MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, build_table, child_runs,
-                                       find_sweep, pareto_figure, sort_table, table_keys)
+from orchestration.report.leaderboard import (LR_HEADER, MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, all_columns,
+                                              build_table, child_runs, find_sweep, pareto_figure, sort_table, table_keys)
 from orchestration.sweep.spec import load_sweep
 
 from .conftest import SWEEPS, write_sweep
@@ -118,18 +118,29 @@ def test_latex_export_is_ascii_booktabs_a_page_wide_with_a_legend_for_what_it_sh
     assert r"\usepackage{booktabs}" in head[1] and r"\usepackage{graphicx}" in head[1] and head[1].startswith("%")
     assert r"\begin{table*}" in tex and r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}{!}" in tex
     assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
+    # A one-line caption above; the legend as notes below the table, in a smaller font.
     caption = re.search(r"\\caption\{(.*)\}", tex)[1]
-    assert "`" not in caption and len(caption) < 700, caption
+    assert caption == r"Mean $\pm$ half-width of its 95\% confidence interval over n seeds.", caption
+    notes = re.search(r"\{\\footnotesize\\raggedright (.*)\\par\}", tex)[1]
+    assert "`" not in notes and len(notes) < 1000, notes
     # The legend names the marks present (stopped early, failed) and no others.
-    assert r"$^\dagger$ stopped early" in caption and r"$\times$ failed" in caption
+    assert r"$^\dagger$ stopped early" in notes and r"$\times$ failed" in notes
     for absent in (r"$^\ddagger$", "interrupted", r"$\S$", "also searched", "frozen reference"):
-        assert absent not in caption, absent
-    # The weights are equal on every row: the caption says so instead of a column.
-    assert r"Every row: w {[}sst para sts{]} equal." in caption
-    rows = {line.split(" & ")[0]: line.split(" & ") for line in tex.splitlines() if " & " in line}
+        assert absent not in notes, absent
+    # The weights are equal on every row: the notes say so instead of a column.
+    assert r"Every row: w {[}sst para sts{]} equal." in notes
+    # 13 columns: two tables one over the other, each led by the label columns.
+    assert tex.count(r"\begin{tabular}{") == 2
+    lines = [line.split(" & ") for line in tex.splitlines() if " & " in line]
+    heads = [line for line in lines if line[0] == "Regime"]
+    rows = {}
+    for line in lines:
+        # A row's second part goes on after its first, without the label columns again.
+        rows[line[0]] = rows[line[0]] + line[2:] if line[0] in rows else line
     header = [re.sub(r"\\begin\{tabular\}\[b\]\{@\{\}[lr]@\{\}\}(.*)\\end\{tabular\}", r"\1", h).replace("\\\\", " ")
               for h in rows["Regime"]]
-    assert header[:4] == ["Regime", "LR", "Overall", r"$\Delta$ overall vs *"], header
+    assert len(heads) == 2 and all(h[:2] == heads[0][:2] for h in heads)
+    assert header[:4] == ["Regime", LR_HEADER, "Overall", r"$\Delta$ overall vs *"], header
     assert "TM-rel. (wall)" not in " ".join(header)  # the headline TM score only: a page holds it
     best = rows["S-I-I k=all"]
     assert best[2].startswith(r"\textbf{0.640}") and r"$\pm$" in best[2]  # the best overall, bold, with its interval
@@ -190,12 +201,53 @@ def test_html_export_renders_in_a_browser(store, tmp_path, capsys):
     assert tables and all(re.match(r"\s*<caption>", t) for t in tables), dom[:2000]
 
 
+# What the page measures of itself as the browser lays it out: the document's width against
+# the window's, and each table's box (its width, the width of what it holds, its overflow).
+MEASURE = """<script>
+document.body.setAttribute("data-measured", JSON.stringify({
+  page: document.documentElement.scrollWidth, window: window.innerWidth,
+  boxes: [...document.querySelectorAll(".scroll")].map(b => ({
+    width: b.clientWidth, content: b.scrollWidth, overflow: getComputedStyle(b).overflowX,
+    lines: Math.max(...[...b.querySelectorAll("th")].map(h => {
+      const s = getComputedStyle(h);
+      const text = h.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom);
+      return Math.round(text / parseFloat(s.lineHeight)); }))}))}));
+</script>"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [None, "every"])
+def test_html_export_fits_a_1280_px_window(columns, store, tmp_path, capsys):
+    """Default columns and every column the table has: the page is never wider than the
+    window; a table wider than its box scrolls inside it (nothing clipped); a header wraps onto
+    two lines at most."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium) to lay out the HTML export")
+    every = ["--columns", ",".join(all_columns(_table(store)))] if columns else []
+    _leaderboard(store, tmp_path, capsys, "--format", "html", "--output", str(tmp_path / "board.html"), *every)
+    page = (tmp_path / "board.html").read_text().replace("</body>", MEASURE + "</body>")
+    (tmp_path / "measured.html").write_text(page)
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,900", "--dump-dom",
+                           (tmp_path / "measured.html").as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-measured="([^"]*)"', proc.stdout)
+    assert found, proc.stdout[-2000:] + proc.stderr[-2000:]
+    measured = json.loads(found[1].replace("&quot;", '"'))
+    assert measured["window"] == 1280 and measured["page"] <= measured["window"], measured
+    for box in measured["boxes"]:
+        assert box["width"] <= measured["window"], measured
+        assert box["content"] <= box["width"] or box["overflow"] == "auto", measured  # wider: it scrolls
+        assert box["lines"] <= 2, measured
+
+
 # --------------------------------------------------------------------------- columns
 
 def test_columns_are_chosen_by_their_csv_names(store, tmp_path, capsys):
     out, _ = _leaderboard(store, tmp_path, capsys, "--columns", "overall,model_size_mb,lr,best_epoch")
     lines = out.splitlines()
-    assert lines[0] == "| Regime | LR | Overall | Size (MB) | Epoch |"  # the regime first, then the labels
+    assert lines[0] == f"| Regime | {LR_HEADER} | Overall | Size (MB) | Epoch |"  # the regime first, then the labels
     caption = lines[lines.index("") + 1]
     assert "TM-rel." not in caption and "Peak mem." not in caption and "Δ overall" not in caption  # not shown
     assert "Epoch: best dev epoch, median (range)." in caption

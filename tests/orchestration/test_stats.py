@@ -103,7 +103,7 @@ def test_table_carries_intervals_and_the_verdicts_paired_delta(table):
 def test_every_format_shows_the_interval_and_delta(table):
     md = render(table, "md")
     lines = md.splitlines()
-    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
+    assert lines[0].startswith("| Regime | LR (enc. / heads) | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     p000 = next(line for line in lines if line.startswith("| S-S-S"))
     mean, half, _ = mean_ci(CONFIG6.values())
     assert f"| {mean:.3f} ± {half:.3f} | +0.005 [+0.004, +0.006] (n=6) |" in p000
@@ -117,7 +117,7 @@ def test_every_format_shows_the_interval_and_delta(table):
     latex = render(table, "latex")
     assert r"$\Delta$ overall vs *" in latex and r"$\pm$" in latex and "{[}+0.004, +0.006{]} (n=6)" in latex
     html = render(table, "html")
-    assert "Δ overall vs *" in html and '+0.005 <span class="aside">[+0.004, +0.006] (n=6)</span>' in html
+    assert "Δ overall<br>vs *" in html and '+0.005 <span class="aside">[+0.004, +0.006] (n=6)</span>' in html
     assert "the median of the per-seed differences" in html
     csv = pd.read_csv(__import__("io").StringIO(render(table, "csv")))
     for col in ("overall", "overall_ci95", "n", "overall_delta", "overall_delta_low", "overall_delta_high",

@@ -191,7 +191,7 @@ def test_leaderboard_groups_seeds_and_renders(swept, tmp_path):
     assert math.isnan(row["overall_delta_low"])  # the median of two differences has no 95% interval
     assert table[table["status"] == "finished"].set_index("variant").loc["p001"]["n"] == 1  # failed seed not averaged in
     lines = text.splitlines()
-    assert lines[0].startswith("| Regime | LR | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
+    assert lines[0].startswith("| Regime | LR (enc. / heads) | w [sst para sts] | Overall | Δ overall vs * | Epoch |")
     assert "I-I-I k=all*" in lines[2] and "1.000 ± 0.000" in lines[2]
     # The best of each column bold; the epoch (2 and 3) a lower median and range, never a mean ± interval.
     assert "S-I-I k=all" in lines[3] and "**0.550** ± 0.635 | **+0.140** (n=2) | 2 (2–3) |" in lines[3]
