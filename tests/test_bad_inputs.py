@@ -74,6 +74,17 @@ def test_leaderboard_against_a_closed_port_is_one_line_at_once(capsys):
                     "start it or pass another --tracking-uri")
 
 
+def test_a_ray_address_no_cluster_answers_is_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    """Ray itself would retry for a minute and more, a warning every few seconds."""
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    sweep = Path(__file__).resolve().parents[1] / "sweeps" / "smoke.yaml"
+    line = error_line(capsys, ["sweep", "run", str(sweep), "--address", f"127.0.0.1:{port}",
+                               "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"])
+    assert line.startswith(f"mtbert: error: --address 127.0.0.1:{port}: no Ray cluster answers there ("), line
+    assert not (tmp_path / "runs").exists()
+
+
 def test_leaderboard_on_a_mistyped_store_creates_nothing(tmp_path, capsys):
     db = tmp_path / "mlfow.db"
     line = error_line(capsys, ["leaderboard", "--experiment", "x", "--tracking-uri", f"sqlite:///{db}"])

@@ -134,6 +134,24 @@ def _share_peaks(configs: list, cpus: float) -> None:
     share_peaks(runs, max(1, int(cpus)))
 
 
+def check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """A cluster's head that does not answer is one line, before Ray is asked: Ray itself
+    retries for a minute or more, printing a warning every few seconds. HOST:PORT (a head's
+    GCS) and ray://HOST:PORT (Ray Client) are checked; `auto` and `local` are Ray's own."""
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise SweepError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); start its "
+                         f"head (`ray start --head`) or give the address it printed") from None
+
+
 def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()) -> bool:
     """Local Ray by default; --address or $RAY_ADDRESS joins a cluster. Returns is_local.
 
@@ -327,6 +345,8 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     check_num_cpus(num_cpus)
     sweep = load_sweep(path, overrides, smoke)
     _check_local_resources(sweep, address, num_cpus)
+    if address or os.environ.get("RAY_ADDRESS"):  # before the store is opened (or made)
+        check_ray_address(address or os.environ["RAY_ADDRESS"])
     uri = resolve_tracking_uri(tracking_uri, sweep.spec.tracking.uri)
     check_tracking(uri)
     from orchestration.run.searcher import make_searcher
@@ -487,6 +507,8 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     state = _read_state(run_dir / STATE_FILE)
     _say_if_edited(state, log)
     check_tracking(state["tracking_uri"])
+    if address or os.environ.get("RAY_ADDRESS"):
+        check_ray_address(address or os.environ["RAY_ADDRESS"])
     if not _init_ray(address, num_cpus, state.get("plugins", [])):
         from orchestration.run.remote import check_shared_storage
 
