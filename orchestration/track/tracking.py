@@ -330,13 +330,15 @@ class SweepRecord:
             if t["status"] == "FINISHED" and t["epochs"]:
                 tags, metrics, _ = self.view(k)
                 (diverged if tags.get("diverged") else finished).append((k, metrics))
-        metrics = {"seeds": float(len(finished)), "seeds_diverged": float(len(diverged))}
-        for name in dict.fromkeys(n for _, m in finished for n in m):
+        metrics: dict[str, float] = {}
+        # overall first: MLflow's compare page charts a run's first metric.
+        for name in dict.fromkeys(["overall", *(n for _, m in finished for n in m)]):
             mean, half, n = mean_ci(m.get(name) for _, m in finished)
             if n:
                 metrics[name] = mean
             if n >= 2 and math.isfinite(half):
                 metrics[f"{name}_ci_low"], metrics[f"{name}_ci_high"] = mean - half, mean + half
+        metrics.update(seeds=float(len(finished)), seeds_diverged=float(len(diverged)))
         tags = {"variant": variant, "role": CONFIGURATION, "configuration_role": str(first.get("role", "")),
                 "seed_runs": ",".join(k for k, _ in finished), "diverged_seeds": ",".join(k for k, _ in diverged),
                 **self.configs.get(key, _configuration())["tags"]}
@@ -608,7 +610,7 @@ class SweepTracking:
             experiment, artifact_location=_artifact_location(uri, experiment))
         mark_experiment(client, experiment_id)  # [view] UI opens on model training
         if view:
-            save_runs_view(client, experiment_id, **view)  # [view] the scores view
+            save_runs_view(client, experiment_id, **view)  # [view] the configurations and seeds views
         all_tags = {"sweep": sweep_name, SWEEP_RUN_TAG: run_name, "role": "sweep",
                     **({"git_commit": commit} if commit else {}), **tags}
         source = source_tags(tags.get("sweep_file"), commit)  # [describe]
