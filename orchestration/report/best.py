@@ -18,10 +18,13 @@ from orchestration.paths import tool
 
 
 def _children(client, experiment_id: str, parent_run_id: str) -> list:
-    """Every child run of the sweep, page by page (a sweep can pass search_runs' 1,000 a page)."""
+    """Every trial run of the sweep (not its configurations'), page by page (a sweep can pass
+    search_runs' 1,000 a page)."""
+    from orchestration.track.tracking import SEED_RUNS
+
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        page = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}' and {SEED_RUNS}",
                                   max_results=1000, page_token=token)
         runs += list(page)
         token = page.token

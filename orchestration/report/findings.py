@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -39,7 +40,7 @@ from orchestration.sweep.labels import YARDSTICKS, parse_param
 # --------------------------------------------------------------------------- reading
 
 def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
-    """Finished trial runs (not sweep parents) of the named experiments (default: all), with
+    """Finished trial runs (not sweep parents nor configurations) of the named experiments (default: all), with
     an `experiment` column holding the experiment's name; only one sweep's with `parent_run_id`."""
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -62,7 +63,9 @@ def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str
                                   output_format="pandas", max_results=50000)
     if runs.empty:
         return runs
-    runs = runs[_col(runs, "tags.role").fillna("") != "sweep"]
+    from orchestration.track.view import CONFIGURATION
+
+    runs = runs[~_col(runs, "tags.role").fillna("").isin(["sweep", CONFIGURATION])]
     return runs.assign(experiment=runs["experiment_id"].map(found))
 
 
@@ -188,6 +191,47 @@ def evaluate(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = N
                          diverged_b=_diverged_tags(runs, claim.b))
         rows.append(claim_row(claim, verdict))
     return table_of(rows)
+
+
+# --------------------------------------------------------------------------- in MLflow
+
+CLAIM_PREFIX = "claim/"  # a claim's metrics and tag on a sweep's parent run, and its tag on a configuration's
+
+
+def claim_slug(name: str) -> str:
+    """A claim's name as MLflow takes it in a metric or tag name (letters, digits, . and -;
+    anything else one _): `S-I-I > I-I-I` -> `S-I-I_I-I-I`."""
+    return re.sub(r"[^\w.\-]+", "_", name).strip("_") or "claim"
+
+
+def claim_marks(table: pd.DataFrame) -> tuple[dict[str, float], dict[str, str]]:
+    """(metrics, tags) of a findings table for the sweep's parent run, so that its verdicts can
+    be searched and charted: per claim claim/<slug> (tag: the verdict) and claim/<slug>/effect,
+    /ci_low, /ci_high, /n (metrics; an interval end only where there is one)."""
+    metrics, tags = {}, {}
+    for _, r in table.iterrows():
+        name = CLAIM_PREFIX + claim_slug(r["claim"])
+        tags[name] = str(r["verdict"])
+        for figure, column in (("effect", "delta"), ("ci_low", "low"), ("ci_high", "high"), ("n", "n")):
+            value = r.get(column)
+            if value is not None and not pd.isna(value) and math.isfinite(float(value)):
+                metrics[f"{name}/{figure}"] = float(value)
+    return metrics, tags
+
+
+def claim_sides(runs: pd.DataFrame, claims: list[Claim], table: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """variant -> {claim/<slug>: "A, <verdict>"}: the part each configuration of the runs plays
+    in each claim (a tag on its configuration's run)."""
+    verdicts = dict(zip(table["claim"], table["verdict"])) if len(table) else {}
+    out: dict[str, dict[str, str]] = {}
+    if runs.empty:
+        return out
+    for claim in claims:
+        for side, selector in (("A", claim.a), ("B", claim.b)):
+            for variant in sorted(set(_col(runs[_match(runs, selector)], "tags.variant").dropna())):
+                out.setdefault(variant, {})[CLAIM_PREFIX + claim_slug(claim.name)] = \
+                    f"{side}, {verdicts.get(claim.name, NOT_RUN)}"
+    return out
 
 
 # --------------------------------------------------------------------------- rendering

@@ -412,9 +412,11 @@ def child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequenc
 def search_child_runs(uri: str, experiment_id: str, parent_run_id: str) -> pd.DataFrame:
     import mlflow
 
+    from orchestration.track.tracking import SEED_RUNS
+
     with fluent_tracking_uri(uri):
         return mlflow.search_runs(experiment_ids=[experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}' and {SEED_RUNS}",
                                   output_format="pandas", max_results=50000)
 
 
@@ -434,17 +436,21 @@ def _only(keys: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
 def sqlite_child_runs(uri: str, experiment_id: str, parent_run_id: str, params: Sequence[str] | None = None,
                       metrics: Sequence[str] | None = None, tags: Sequence[str] | None = None) -> pd.DataFrame:
     """search_child_runs' DataFrame from MLflow's sqlite tables, read-only: active runs of the
-    experiment whose mlflow.parentRunId tag is the sweep's, in search_runs' order (start_time
+    experiment whose mlflow.parentRunId tag is the sweep's (its trials', not its configurations'),
+    in search_runs' order (start_time
     DESC, run id). `params`, `metrics` and `tags` keep only those keys (names, or prefixes
     ending in '.'): a run's 66 config params and per-epoch series were half the reading time."""
     import numpy as np
+
+    from orchestration.track.view import CONFIGURATION
 
     con = mlflow_sqlite(uri)
     try:
         chosen = ("SELECT r.run_uuid FROM runs r JOIN tags p ON p.run_uuid = r.run_uuid "
                   "AND p.key = 'mlflow.parentRunId' AND p.value = ? "
-                  "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active'")
-        args = (parent_run_id, int(experiment_id))
+                  "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' AND NOT EXISTS (SELECT 1 FROM tags k "
+                  "WHERE k.run_uuid = r.run_uuid AND k.key = 'role' AND k.value = ?)")
+        args = (parent_run_id, int(experiment_id), CONFIGURATION)
         runs = pd.read_sql_query(
             "SELECT run_uuid AS run_id, experiment_id, status, artifact_uri, start_time, end_time FROM runs "
             f"WHERE run_uuid IN ({chosen}) ORDER BY start_time DESC, run_uuid", con, params=args)

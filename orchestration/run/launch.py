@@ -871,24 +871,33 @@ SMOKE_NOT_JUDGED = "smoke: not judged"
 
 def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool = False) -> list[str]:
     """The sweep's claims decided on its own runs, as `mtbert findings` decides them: the table
-    (findings.md, verdicts.json) and a tag counting the verdicts on the parent run; a line
-    per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
+    (findings.md, verdicts.json, and rendered as the parent run's description), a tag counting
+    the verdicts and each claim's verdict and interval (findings.claim_marks) on the parent run,
+    each configuration's part in the claims on its run; a line per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
     seconds: its claims are checked for shape (each side selects configurations that ran, the
     metric is logged) and never judged, so that no verdict of a smoke run is ever cited."""
-    from orchestration.report.findings import evaluate, read_runs, render
+    from orchestration.report.findings import claim_marks, claim_sides, evaluate, read_runs, render
     from orchestration.report.verdicts import NOT_RUN
 
     tracking.flush()  # the trials' last figures are in the store
-    table = evaluate(read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id), claims)
+    runs = read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id)
+    table = evaluate(runs, claims)
     if smoke:
         tracking.tag_parent({"verdicts": SMOKE_NOT_JUDGED})
         return [f"claim {r['claim']}: {SMOKE_NOT_JUDGED} "
                 + ("(not run: no seed that both A and B ran)" if r["verdict"] == NOT_RUN
                    else f"(A and B ran on {int(r['n'])} paired seed(s))") for _, r in table.iterrows()]
-    tracking.log_parent_artifacts({"findings.md": render(table),
+    text = render(table)
+    tracking.log_parent_artifacts({"findings.md": text,
                                    "verdicts.json": table.to_json(orient="records", indent=2, force_ascii=False)})
     counts = table["verdict"].value_counts()
-    tracking.tag_parent({"verdicts": ", ".join(f"{n} {v}" for v, n in counts.items())})
+    # Where people look: the table rendered as the parent run's description, each claim's
+    # verdict and interval searchable on the parent, each configuration's part on its run.
+    metrics, tags = claim_marks(table)
+    tracking.log_parent(metrics, {"verdicts": ", ".join(f"{n} {v}" for v, n in counts.items()),
+                                  NOTE_TAG: _note(text), **tags})
+    for variant, sides in claim_sides(runs, claims, table).items():
+        tracking.tag_configuration(variant, sides)
     lines = []
     for _, r in table.iterrows():
         if r["n"] >= 2 and not math.isnan(r["low"]):
@@ -901,6 +910,20 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
                      + (f" (sequential {r['looks']})" if r.get("looks") else "")
                      + (f"; {', '.join(diverged)}" if diverged else ""))
     return lines
+
+
+NOTE_TAG = "mlflow.note.content"  # a run's description, which the MLflow UI renders as markdown
+NOTE_MAX = 8000  # MLflow's longest tag value
+
+
+def _note(findings_md: str) -> str:
+    """The parent run's description: the findings table, cut short (pointing at findings.md)
+    where it passes MLflow's longest tag value."""
+    text = "### Verdicts\n\n" + findings_md
+    if len(text) <= NOTE_MAX:
+        return text
+    cut = "\n\n… the whole table and its caption: artifact findings.md\n"
+    return text[:NOTE_MAX - len(cut)].rsplit("\n", 1)[0] + cut
 
 
 def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:

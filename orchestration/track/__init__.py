@@ -2,7 +2,7 @@
 
     tracking.py   the driver's record of the sweep and its trials (journaled in the sweep
                   folder), and the one sync that makes the parent and child runs equal to it
-    view.py       how the experiment opens in the UI: its kind, the saved scores view, the link
+    view.py       how the experiment opens in the UI: its kind, the configurations and seeds views, the link
     describe.py   what a run says of its source and data: Source tags, dataset inputs, data report
     system.py     the trial's CPU, memory and GPU figures, under MLflow's system metric names
     models.py     the best configuration, its model logged after the sweep, and the model

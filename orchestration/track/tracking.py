@@ -1,4 +1,5 @@
-"""MLflow: one parent run per sweep, one child run per trial, as a projection of the driver's record.
+"""MLflow: one parent run per sweep, one child run per configuration and one per trial (a
+seed), as a projection of the driver's record.
 
 Why the driver and not the trial process: Tune ends a trial that ASHA stops by raising
 SystemExit inside its report call and then tearing the worker down, and a crashed worker
@@ -29,6 +30,17 @@ Names on a child run:
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
 
+A configuration's run (tag role=configuration, a child of the parent beside its seeds' runs,
+named by its variant) is what the saved view opens on (view.py): a projection of its seeds'
+records, synced when one of them ends (never per epoch), so it holds
+  params   its seeds' flattened config but the seed (train.seed)
+  metrics  for every final figure of its finished, not diverged seeds: their mean under the
+           figure's own name (overall, sst_acc, ...) and, from two seeds, the ends of its 95%
+           t-interval (overall_ci_low, overall_ci_high); seeds, seeds_diverged
+  tags     variant, configuration_role (its seeds' role), seed_runs, diverged_seeds, and after
+           the verdicts its part in each claim (claim/<name>: "A, holds")
+Whatever reads a sweep's trials reads its seed runs: SEED_RUNS in a search.
+
 A re-run epoch (a trial restored from its checkpoint) replaces its figures in the record.
 MLflow keeps one point per step where it can: a replay (the same scores, as a resume with
 the RNG states restored trains them) is not sent again, so a chart shows no second point;
@@ -54,11 +66,15 @@ from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
 from orchestration.track.describe import describe_run, source_tags
 from orchestration.track.system import SYSTEM_PREFIX
 from orchestration.track.tm import mean_reference, single_task_scores, time_basis, trial_delta_m, trial_tm
-from orchestration.track.view import SWEEP_RUN_TAG, mark_experiment, save_runs_view
+from orchestration.track.view import (CONFIGURATION, CONFIGURATION_FILTER, SEEDS_FILTER, SWEEP_RUN_TAG,
+                                      mark_experiment, save_runs_view)
 
 EPOCH_PREFIX = "epoch/"
 STEP_PREFIX = "step/"  # train.log_every_steps: step/loss_<task> at the run's global step
 PARENT_TAG = "mlflow.parentRunId"
+CONFIG_PREFIX = "configuration/"  # a configuration's key in the record: configuration/<variant>
+SEED_RUNS = SEEDS_FILTER  # a search filter: a sweep's trial runs, not its configurations'
+SEED_PARAM = "train.seed"  # the one config key a configuration's seeds differ in
 # Keys Tune adds to every report; they are bookkeeping, not training figures.
 TUNE_KEYS = {"training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip",
              "hostname", "pid", "time_this_iter_s", "timestamp", "date", "time_since_restore",
@@ -204,6 +220,12 @@ def _trial() -> dict[str, Any]:
             "error": None, "log": None, "sent": {"cursor": 0, "tags": {}, "metrics": {}}}
 
 
+def _configuration() -> dict[str, Any]:
+    # Its figures come from its seeds' records; it keeps only the tags given to it (its part in
+    # the claims) and what its run holds.
+    return {"tags": {}, "sent": {"tags": {}, "metrics": {}}}
+
+
 class SweepRecord:
     """The driver's truth about a sweep: every trial's record and the parent run's, kept in
     memory and appended to RECORD_FILE (replayed on resume). Each entry is a change to one
@@ -212,6 +234,7 @@ class SweepRecord:
     def __init__(self, folder: Path | None, fresh: bool):
         self.fresh = fresh  # a sweep this process created: no run of a new trial key exists yet
         self.trials: dict[str, dict[str, Any]] = {}
+        self.configs: dict[str, dict[str, Any]] = {}  # CONFIG_PREFIX + variant -> _configuration()
         self.parent: dict[str, Any] = {"tags": {}, "metrics": {}, "texts": {}, "describe": None,
                                        "status": "RUNNING", "sent": {"tags": {}, "metrics": {}, "texts": {}}}
         self.lock = threading.RLock()
@@ -235,7 +258,11 @@ class SweepRecord:
             self._file = path.open("a")
 
     def of(self, key: str) -> dict[str, Any]:
-        return self.parent if key == PARENT else self.trials.setdefault(key, _trial())
+        if key == PARENT:
+            return self.parent
+        if key.startswith(CONFIG_PREFIX):
+            return self.configs.setdefault(key, _configuration())
+        return self.trials.setdefault(key, _trial())
 
     def _apply(self, e: dict) -> None:
         r = self.of(e["k"])
@@ -325,6 +352,41 @@ class SweepRecord:
         tasks = t["config"].get("config", {}).get("tasks", [])
         return trial_delta_m(final, single_task_scores(runs, tasks, str(t["config"].get("seed")), self.closing))
 
+    def configuration(self, key: str) -> tuple[dict[str, str], dict[str, str], dict[str, float], str] | None:
+        """(params, tags, metrics, status) a configuration's run should hold now; None while
+        none of its seeds has ended (its run is made when the first one does)."""
+        from mtbert.config import flatten
+        from orchestration.stats import mean_ci
+
+        variant = key[len(CONFIG_PREFIX):]
+        seeds = sorted((k, t) for k, t in self.trials.items() if t["config"].get("variant") == variant)
+        if not seeds or all(t["status"] == "RUNNING" for _, t in seeds):
+            return None
+        first = seeds[0][1]["config"]
+        params = {k: str(v)[:6000] for k, v in flatten(first.get("config", {})).items() if k != SEED_PARAM}
+        finished, diverged = [], []
+        for k, t in seeds:
+            if t["status"] == "FINISHED" and t["epochs"]:
+                tags, metrics, _ = self.view(k)
+                (diverged if tags.get("diverged") else finished).append((k, metrics))
+        metrics: dict[str, float] = {}
+        # overall first: MLflow's compare page charts a run's first metric.
+        for name in dict.fromkeys(["overall", *(n for _, m in finished for n in m)]):
+            mean, half, n = mean_ci(m.get(name) for _, m in finished)
+            if n:
+                metrics[name] = mean
+            if n >= 2 and math.isfinite(half):
+                metrics[f"{name}_ci_low"], metrics[f"{name}_ci_high"] = mean - half, mean + half
+        metrics.update(seeds=float(len(finished)), seeds_diverged=float(len(diverged)))
+        tags = {"variant": variant, "role": CONFIGURATION, "configuration_role": str(first.get("role", "")),
+                "seed_runs": ",".join(k for k, _ in finished), "diverged_seeds": ",".join(k for k, _ in diverged),
+                **self.configs.get(key, _configuration())["tags"]}
+        tags = {k: v for k, v in tags.items() if v}  # an empty list is no tag
+        states = {t["status"] for _, t in seeds}
+        status = ("RUNNING" if "RUNNING" in states else "FINISHED" if finished or diverged
+                  else "FAILED" if "FAILED" in states else "KILLED")
+        return params, tags, metrics, status
+
     def unsynced(self) -> list[str]:
         """Records whose run lags behind them (what a sync would still send)."""
         with self.lock:
@@ -340,6 +402,12 @@ class SweepRecord:
                         or any(_unsent(sent, tags, metrics))
                         or (t["status"] != "RUNNING" and sent.get("files") != _digest(result, t["log"]))
                         or sent.get("status") != t["status"]):
+                    out.append(key)
+            for key in dict.fromkeys(CONFIG_PREFIX + t["config"]["variant"] for t in self.trials.values()
+                                     if t["config"].get("variant")):
+                found, sent = self.configuration(key), self.of(key)["sent"]
+                if found is not None and (not sent.get("based") or any(_unsent(sent, found[1], found[2]))
+                                          or sent.get("status") != found[3]):
                     out.append(key)
             return out
 
@@ -609,7 +677,7 @@ class SweepTracking:
                 experiment, artifact_location=_artifact_location(uri, experiment))
             mark_experiment(client, experiment_id)  # [view] UI opens on model training
             if view:
-                save_runs_view(client, experiment_id, **view)  # [view] the scores view
+                save_runs_view(client, experiment_id, **view)  # [view] the configurations and seeds views
             if tried:  # a create whose answer was lost may have made it
                 mine = client.search_runs([experiment_id], max_results=1, filter_string=(
                     f"tags.`{SWEEP_RUN_TAG}` = '{run_name}' and tags.role = 'sweep' and attributes.status = 'RUNNING'"))
@@ -730,6 +798,8 @@ class SweepTracking:
         self.client.local.ref = PARENT if key == PARENT or record.closing else key
         if key == PARENT:
             return self._sync_parent()
+        if key.startswith(CONFIG_PREFIX):
+            return self._sync_configuration(key)
         t, found = record.trials[key], {}
         if not t["sent"].get("run"):  # first the run, so that a baseline's TM score names it
             with record.lock:
@@ -783,22 +853,60 @@ class SweepTracking:
                          *(n - 1 for n, m in epochs.items() if _retrained(m, t["epochs"].get(n))))
             record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
                                               "tags": new_tags, "metrics": new_metrics}})
+        if ending and config.get("variant"):  # its configuration's mean and interval take it in
+            record.syncer.mark(CONFIG_PREFIX + config["variant"])
         if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores
             seed = str(config.get("seed"))
             record.syncer.mark(*[k for k, o in record.trials.items() if k != key and o["status"] == "FINISHED"
                                  and str(o["config"].get("seed")) == seed])
 
-    def _find_or_create(self, key: str, tags: dict[str, str]) -> dict[str, Any]:
-        """The trial's run: found by trial_key where one may exist (a resumed sweep, a create
-        whose answer was lost), else created with its tags."""
+    def _find_or_create(self, key: str, tags: dict[str, str], variant: str | None = None) -> dict[str, Any]:
+        """The trial's run (a configuration's, with its `variant`): found by trial_key (variant)
+        where one may exist (a resumed sweep, a create whose answer was lost), else created with
+        its tags."""
         record = self.record
         if not record.fresh or key in record.tried:
-            found = self.children(key)
+            found = self.children(key) if variant is None else self.configurations(variant)
             if found:  # what it holds is unknown: its tags and status are sent again
                 return {"run": found[0].info.run_id, "tags": {}, "status": None, "params": list(found[0].data.params)}
         record.tried.add(key)
-        run = self.client.create_run(self.experiment_id, run_name=key, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=variant or key, tags=tags)
         return {"run": run.info.run_id, "tags": tags, "status": "RUNNING"}
+
+    def _sync_configuration(self, key: str) -> None:
+        """Make a configuration's run equal to what its seeds' records say (runs in the sync thread)."""
+        record, client = self.record, self.client
+        with record.lock:
+            now_is = record.configuration(key)
+            c = record.of(key)
+            sent = {**c["sent"], "tags": dict(c["sent"]["tags"]), "metrics": dict(c["sent"]["metrics"])}
+        if now_is is None:
+            return
+        params, tags, metrics, status = now_is
+        found: dict[str, Any] = {}
+        if not sent.get("run"):
+            variant = tags["variant"]
+            base = {PARENT_TAG: self.parent_run_id, "sweep": self.sweep_name, **self.source_tags,
+                    **({SWEEP_RUN_TAG: self.run_name} if self.run_name else {}),
+                    **({"git_commit": self.commit} if self.commit else {})}
+            found = self._find_or_create(key, {**base, **tags}, variant=variant)
+            record.change({"k": key, "sent": {k: found[k] for k in ("run", "tags", "status")}})
+            sent.update({k: found[k] for k in ("run", "tags", "status")})
+        run_id = sent["run"]
+        if not sent.get("based"):
+            have = found.get("params", [])
+            _log_batch(client, run_id, [], [], [[k, v] for k, v in sorted(params.items()) if k not in have])
+            record.change({"k": key, "sent": {"based": True}})
+        new_tags, new_metrics = _unsent(sent, tags, metrics)
+        now = int(time.time() * SECONDS)
+        _log_batch(client, run_id, [[k, v, now, 0] for k, v in new_metrics.items()], sorted(new_tags.items()), [])
+        if status != sent.get("status"):
+            _set_status(client, run_id, status)
+        record.change({"k": key, "sent": {"tags": new_tags, "metrics": new_metrics, "status": status}})
+
+    def tag_configuration(self, variant: str, tags: dict[str, str]) -> None:
+        """Tags a whole-sweep step puts on a configuration's run (its part in the claims)."""
+        self._change(CONFIG_PREFIX + variant, tags=tags)
 
     def _sync_parent(self) -> None:
         record, client, run_id = self.record, self.client, self.parent_run_id
@@ -824,10 +932,17 @@ class SweepTracking:
     # ------------------------------------------------------------------ reads
 
     def children(self, key: str | None = None) -> list:
-        """Every child run of the sweep, one paged search (the sweep's end, never per trial);
-        with `key`, that trial's run (a resumed trial's)."""
+        """Every trial run of the sweep (its seeds', not its configurations'), one paged search
+        (the sweep's end, never per trial); with `key`, that trial's run (a resumed trial's)."""
+        return self._search(f"{SEED_RUNS}" + (f" and tags.trial_key = '{key}'" if key else ""))
+
+    def configurations(self, variant: str | None = None) -> list:
+        """The sweep's configuration runs; with `variant`, that configuration's."""
+        return self._search(CONFIGURATION_FILTER + (f" and tags.variant = '{variant}'" if variant else ""))
+
+    def _search(self, condition: str) -> list:
         t0 = time.perf_counter()
-        where = f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'" + (f" and tags.trial_key = '{key}'" if key else "")
+        where = f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and {condition}"
         out, token = [], None
         while True:
             page = self.client.search_runs([self.experiment_id], filter_string=where, max_results=PAGE,

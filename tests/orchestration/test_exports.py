@@ -377,9 +377,12 @@ def test_the_saved_view_shows_the_swept_params_as_logged_the_seed_and_the_sweep(
     tracking = SweepTracking.start(uri, "view", "view-1", sweep.name, {"tasks": "sst,para,sts"}, None,
                                    view=_runs_view(sweep))
     try:
-        envelope = json.loads(tracking.client.get_experiment(tracking.experiment_id).tags["mlflow.sharedViewState.mtbert"])
-        state = json.loads(envelope["state"])
+        tags = tracking.client.get_experiment(tracking.experiment_id).tags
         weights = ["params.`loss.weights.sst`", "params.`loss.weights.para`", "params.`loss.weights.sts`"]
+        # The configurations' view opens on what was swept; the seeds' on which sweep and seed.
+        state = json.loads(json.loads(tags["mlflow.sharedViewState.mtbert"])["state"])
+        assert state["selectedColumns"][:4] == [*weights, "params.`sharing.head_regime`"]
+        state = json.loads(json.loads(tags["mlflow.sharedViewState.mtbert-seeds"])["state"])
         assert set(weights) <= set(state["selectedColumns"]) and "params.`loss.weights`" not in state["selectedColumns"]
         assert state["selectedColumns"][:2] == ["tags.`sweep_run`", "tags.`seed`"]
         [chart] = state["compareRunCharts"]

@@ -77,6 +77,66 @@ def swept(tmp_path_factory):
     return tracking, trials, ids
 
 
+def configuration_runs(tracking) -> dict:
+    """variant -> its configuration's run, read through MLflow's own search."""
+    runs = tracking.client.search_runs([tracking.experiment_id], f"tags.`mlflow.parentRunId` = "
+                                       f"'{tracking.parent_run_id}' and tags.role = 'configuration'")
+    return {r.data.tags["variant"]: r for r in runs}
+
+
+def test_each_configuration_has_a_run_with_its_mean_interval_and_seeds(swept):
+    from orchestration.stats import mean_ci
+
+    tracking, _, ids = swept
+    assert tracking.flush()
+    configs = configuration_runs(tracking)
+    assert {"baseline", "p000", "p001"} <= set(configs)
+    p000 = configs["p000"]
+    assert p000.info.run_name == "p000" and p000.info.status == "FINISHED"
+    assert p000.data.tags["mlflow.parentRunId"] == tracking.parent_run_id  # beside its seeds, under the sweep
+    assert p000.data.tags["configuration_role"] == "search" and p000.data.tags["seed_runs"] == "p000-s0,p000-s1"
+    assert "trial_key" not in p000.data.tags and "diverged_seeds" not in p000.data.tags
+    # The swept value and the rest of the config as params; the seed is what its runs differ in.
+    assert p000.data.params["sharing.head_regime"] == "S-I-I" and "train.seed" not in p000.data.params
+    # The mean over its seeds under the figure's name, the 95% t-interval's ends, the seed count.
+    m = p000.data.metrics
+    mean, half, n = mean_ci([0.50, 0.60])
+    assert m["overall"] == pytest.approx(mean) and m["seeds"] == 2 and m["seeds_diverged"] == 0
+    assert (m["overall_ci_low"], m["overall_ci_high"]) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    assert m["train_time_s"] == pytest.approx((15.0 + 18.0) / 2) and "sst_acc_ci_low" in m
+    # A failed seed is not averaged in: one seed, no interval.
+    p001 = configs["p001"].data
+    assert p001.metrics["seeds"] == 1 and p001.metrics["overall"] == pytest.approx(0.30)
+    assert "overall_ci_low" not in p001.metrics
+    # Whatever reads the sweep's trials reads its seeds only.
+    assert {r.data.tags["trial_key"] for r in tracking.children()} >= set(ids)
+    assert all(r.data.tags.get("role") != "configuration" for r in tracking.children())
+
+
+def test_configuration_runs_are_synced_once_per_seed_end_not_per_epoch(tmp_path):
+    """A configuration's run changes when one of its seeds ends: its calls do not grow with the
+    epochs, and a resume that replays the record sends it nothing again."""
+    sweep = load_sweep(write_sweep(tmp_path / "tiny.yaml", space={"sharing.head_regime": ["S-I-I"]},
+                                   seeds=[0, 1], base={"train": {"epochs": 6}}))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (tmp_path / "sweep").mkdir()
+    tracking = SweepTracking.start(uri, "exp", "calls-run", sweep.name, {}, None, state_dir=tmp_path / "sweep")
+    trials = {t["key"]: t for t in Planner(sweep).fixed_trials()}
+    calls = tracking.record.calls_by_ref
+    run_trial(tracking, trials["p000-s0"], [0.3, 0.4], 1.0, 1.0)
+    first = calls["configuration/p000"]
+    run_trial(tracking, trials["p000-s1"], [0.3, 0.4, 0.5, 0.4, 0.5, 0.6], 1.0, 1.0)
+    second = calls["configuration/p000"] - first
+    assert 0 < second < first  # made once; then one batch of what changed
+    parent_id = tracking.parent_run_id
+    tracking.release()
+    resumed = SweepTracking(uri, tracking.experiment_id, parent_id, sweep.name, state_dir=tmp_path / "sweep")
+    assert resumed.resync() == 0  # nothing lags: nothing is sent twice
+    [run] = configuration_runs(resumed).values()
+    assert run.data.metrics["seeds"] == 2 and run.data.metrics["overall"] == pytest.approx(0.5)
+    resumed.release()
+
+
 def metrics_of(tracking, run_id):
     run = tracking.client.get_run(run_id)
     return run.data.metrics, run.data.tags, run.info.status
@@ -265,7 +325,7 @@ VIEW_STATE_KEYS = {"searchFilter", "orderByKey", "orderByAsc", "startTime", "lif
                    "useGroupedValuesInCharts", "hideEmptyCharts", "globalLineChartConfig", "chartsSearchFilter"}
 
 
-def test_the_experiment_holds_the_saved_scores_view_the_link_opens(swept):
+def test_the_experiment_holds_the_saved_views_the_link_opens(swept):
     import json
 
     tracking, _, _ = swept
@@ -274,8 +334,20 @@ def test_the_experiment_holds_the_saved_scores_view_the_link_opens(swept):
     assert isinstance(envelope["name"], str) and isinstance(envelope["createdAt"], int)
     state = json.loads(envelope["state"])
     assert set(state) <= VIEW_STATE_KEYS
+    assert envelope["name"] == "mtbert: configurations"
     assert state["orderByKey"] == "metrics.`overall`" and state["orderByAsc"] is False
-    # Which sweep and seed a row is, then its scores.
+    # One row per configuration: what was swept, then overall with its interval and what it stands on.
+    assert state["searchFilter"] == "tags.role = 'configuration'"
+    assert state["selectedColumns"][:6] == ["params.`sharing.head_regime`", "metrics.`overall`",
+                                            "metrics.`overall_ci_low`", "metrics.`overall_ci_high`",
+                                            "metrics.`seeds`", "metrics.`seeds_diverged`"]
+    assert {"metrics.`sst_acc`", "metrics.`para_acc`", "metrics.`sts_corr`", "metrics.`train_time_s`",
+            "metrics.`peak_memory_mb`", "tags.`diverged_seeds`"} <= set(state["selectedColumns"])
+    # The seeds' view: which sweep and seed a row is, then its scores.
+    seeds = json.loads(tags["mlflow.sharedViewState.mtbert-seeds"])
+    assert seeds["name"] == "mtbert: seeds"
+    state = json.loads(seeds["state"])
+    assert set(state) <= VIEW_STATE_KEYS and state["searchFilter"] == "tags.role != 'configuration'"
     assert state["selectedColumns"][:7] == ["tags.`sweep_run`", "tags.`seed`", "metrics.`overall`",
                                             "metrics.`sst_acc`", "metrics.`para_acc`", "metrics.`sts_corr`",
                                             "metrics.`tm_relative_score`"]
