@@ -70,14 +70,14 @@ on_signal() {
 trap 'on_signal requeue TERM' TERM
 trap 'on_signal stop INT' INT
 
-# Each node keeps its own Ray folder (short: Ray's socket paths live under it).
-srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "${nodes[0]}" \\
+# Each node keeps its own Ray folder (short: Ray's socket paths live under it) and its own log.
+srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "${nodes[0]}" --output="slurm-%j-ray-%N.out" \\
   <<RAY>> start --head --block --node-ip-address="$head_ip" --port="$port" \\
   --ray-client-server-port=$((port + 1)) --dashboard-agent-listen-port=$((port + 2)) \\
   --include-dashboard=false --num-cpus="$cpus" --num-gpus=<<GPUS>> \\
   --temp-dir="/tmp/ray-$SLURM_JOB_ID-${nodes[0]}" --disable-usage-stats &
 for node in "${nodes[@]:1}"; do
-  srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" \\
+  srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" --output="slurm-%j-ray-%N.out" \\
     <<RAY>> start --address="$head_ip:$port" --block --dashboard-agent-listen-port=$((port + 2)) \\
     --num-cpus="$cpus" --num-gpus=<<GPUS>> --temp-dir="/tmp/ray-$SLURM_JOB_ID-$node" --disable-usage-stats &
 done
@@ -232,8 +232,15 @@ def _sweep_args(args: argparse.Namespace) -> list[str]:
     if args.smoke:
         extra.append("--smoke")
     if args.tracking_uri:
-        extra += ["--tracking-uri", args.tracking_uri]
+        extra += ["--tracking-uri", tracking_uri(args.tracking_uri, Path(args.workdir or ".").resolve())]
     return extra
+
+
+def tracking_uri(given: str | None, workdir: Path) -> str:
+    """The store the job's sweep logs to: a relative sqlite path is taken in the job's folder."""
+    from orchestration.paths import resolve_tracking_uri
+
+    return resolve_tracking_uri(given, None, cwd=workdir)
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
@@ -259,8 +266,9 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
     print(f"submitted SLURM job {job_id}: sweep {sweep} on {job.nodes} node(s), folder {workdir}")
     print(f"  follow: squeue -j {job_id}; tail -f {workdir / f'slurm-{job_id}.out'}")
     print(f"  stop:   scancel --signal=INT --batch {job_id}   (the sweep stops cleanly, not requeued)")
-    print(f"  resume: sbatch again, or `{tool('mtbert')} sweep resume {sweep}` in {workdir} (Ray storage "
-          f"{workdir / 'runs' / sweep})")
+    print(f"  resume: scontrol requeue {job_id}   (a stopped job's next run resumes its sweep)")
+    print(f"  table:  {tool('mtbert')} leaderboard --experiment <the sweep's experiment> --tracking-uri "
+          f"{shlex.quote(tracking_uri(args.tracking_uri, workdir))}")
     return 0
 
 
