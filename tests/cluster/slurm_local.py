@@ -11,6 +11,7 @@ its own process group and is ended by its PID, never by name.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -65,6 +66,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 JobRequeue=1
+# Job ids of its own: the job script takes Ray's ports from the id, and another SLURM of this
+# kind may run on the machine at the same time.
+FirstJobId={first_job_id}
 KillWait=30
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -104,7 +108,7 @@ class LocalSlurm:
         subprocess.run(["mungekey", "--create", "--force", "--keyfile", str(d / "munge" / "munge.key")], check=True)
         host = socket.gethostname().split(".")[0]
         self.conf.write_text(CONF.format(host=host, ctld_port=free_port(), slurmd_port=free_port(), dir=d,
-                                         cpus=self.cpus))
+                                         cpus=self.cpus, first_job_id=random.randrange(1000, 60000, 100)))
         self._daemon("munged", ["munged", "--foreground", "--force", f"--socket={d}/munge/munge.sock",
                                 f"--key-file={d}/munge/munge.key", f"--pid-file={d}/munge/munged.pid",
                                 f"--seed-file={d}/munge/seed", f"--log-file={d}/log/munged.log"])
@@ -160,9 +164,16 @@ def main(argv: list[str]) -> int:
     if why:
         print(f"slurm_local: {why}", file=sys.stderr)
         return 1
-    slurm = LocalSlurm(Path(argv[0]).resolve()).start()
-    print(f"export SLURM_CONF={slurm.conf}   # SLURM is up; Ctrl-C stops it", flush=True)
+    def stopped(sig, frame):
+        raise KeyboardInterrupt
+
+    # Both set here: a shell that starts this in the background has it ignore SIGINT.
+    signal.signal(signal.SIGINT, stopped)
+    signal.signal(signal.SIGTERM, stopped)
+    slurm = LocalSlurm(Path(argv[0]).resolve())
     try:
+        slurm.start()
+        print(f"export SLURM_CONF={slurm.conf}   # SLURM is up; Ctrl-C stops it", flush=True)
         signal.pause()
     except KeyboardInterrupt:
         pass

@@ -117,7 +117,7 @@ def test_a_preempted_sweep_stops_cleanly_and_its_requeued_job_resumes_it(
                      slurm, job_id, log)
     text = log.read_text()
     assert state["JobState"] == "COMPLETED" and state["ExitCode"] == "0:0", text[-4000:]
-    assert text.count(f"resuming sweep {name}") == 1 and f"sweep {name} FINISHED" in text
+    assert text.count(f"\nresuming sweep {name} | ") == 1 and f"sweep {name} FINISHED" in text
     parent, children = runs(tmp_path, name)
     assert parent.info.status == "FINISHED"
     assert len(children) == int(parent.data.tags["num_trials"]) == 2
