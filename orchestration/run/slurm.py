@@ -173,6 +173,9 @@ def check(job: SlurmJob) -> None:
                              f"--time {job.time} ({limit} s)")
     if re.search(r"\s", job.workdir):  # #SBATCH --chdir is not shell text: no quoting there
         raise SweepError(f"--workdir {job.workdir!r}: a folder without spaces (sbatch's --chdir cannot quote them)")
+    if "/" in job.sweep_name or job.sweep_name in (".", ".."):
+        raise SweepError(f"--name {job.sweep_name!r}: a folder name under the job's runs/ (no '/', not . or ..)")
+    _word(job.sweep_name, "--name")
     _word(job.partition, "--partition")
     _word(job.account, "--account")
     _word(job.job_name, "--job-name")

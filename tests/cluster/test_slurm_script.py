@@ -87,6 +87,8 @@ def test_the_script_is_valid_bash(tmp_path: Path) -> None:
     (dict(account=""), "--account '': one word, no spaces"),
     (dict(sbatch=["#SBATCH"]), "--sbatch '#SBATCH': one sbatch option"),
     (dict(mtbert=" "), "--mtbert: give the command that runs it on the nodes"),
+    (dict(sweep_name="a/b"), "--name 'a/b': a folder name under the job's runs/"),
+    (dict(sweep_name="my sweep"), "--name 'my sweep': one word, no spaces"),
     (dict(workdir="/shared/my work"), "--workdir '/shared/my work': a folder without spaces"),
 ])
 def test_a_bad_option_is_one_line(changes: dict, message: str) -> None:
