@@ -75,11 +75,11 @@ srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "${nodes[0]}" --o
   <<RAY>> start --head --block --node-ip-address="$head_ip" --port="$port" \\
   --ray-client-server-port=$((port + 1)) --dashboard-agent-listen-port=$((port + 2)) \\
   --include-dashboard=false --num-cpus="$cpus" --num-gpus=<<GPUS>> \\
-  --temp-dir="/tmp/ray-$SLURM_JOB_ID-${nodes[0]}" --disable-usage-stats &
+  --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"${nodes[0]}" --disable-usage-stats &
 for node in "${nodes[@]:1}"; do
   srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" --output="slurm-%j-ray-%N.out" \\
     <<RAY>> start --address="$head_ip:$port" --block --dashboard-agent-listen-port=$((port + 2)) \\
-    --num-cpus="$cpus" --num-gpus=<<GPUS>> --temp-dir="/tmp/ray-$SLURM_JOB_ID-$node" --disable-usage-stats &
+    --num-cpus="$cpus" --num-gpus=<<GPUS>> --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"$node" --disable-usage-stats &
 done
 # Every node joined before the first trial, so trials spread over all of them.
 joined=0
@@ -138,6 +138,7 @@ class SlurmJob:
     ray: str = "ray"
     grace_s: int = DEFAULT_GRACE_S
     job_name: str | None = None
+    ray_tmp: str = "/tmp"  # node-local; short, since Ray's socket paths live under it
 
 
 def time_limit_s(value: str) -> int:
@@ -210,7 +211,7 @@ def job_script(job: SlurmJob) -> str:
         "SETUP": "\n".join(job.setup),
         "SWEEP_NAME": shlex.quote(job.sweep_name), "FILE": shlex.quote(job.file),
         "ARGS": "".join(f" {shlex.quote(a)}" for a in job.sweep_args),
-        "MTBERT": job.mtbert, "RAY": job.ray, "JOIN_WAIT": str(JOIN_WAIT_S),
+        "MTBERT": job.mtbert, "RAY": job.ray, "RAY_TMP": shlex.quote(job.ray_tmp), "JOIN_WAIT": str(JOIN_WAIT_S),
     }
     return _PLACEHOLDER.sub(lambda m: values[m[1]], TEMPLATE)
 
@@ -259,7 +260,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
                    nodes=args.nodes, cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node,
                    time=args.time, partition=args.partition, account=args.account, sbatch=args.sbatch,
                    setup=args.setup, sweep_args=extra, mtbert=args.mtbert, ray=args.ray, grace_s=args.grace,
-                   job_name=args.job_name)
+                   job_name=args.job_name, ray_tmp=args.ray_tmp)
     script = job_script(job)
     if args.dry_run:
         sys.stdout.write(script)
@@ -306,6 +307,9 @@ def add_slurm_command(sweep_subparsers: argparse._SubParsersAction) -> None:
                    help="the command that runs mtbert on the nodes (default: mtbert on PATH)")
     p.add_argument("--ray", default="ray", metavar="COMMAND",
                    help="the command that runs ray on the nodes (default: ray on PATH)")
+    p.add_argument("--ray-tmp", default="/tmp", metavar="DIR",
+                   help="node-local folder for each node's Ray folder, ray-<job>-<node> (default /tmp; short: "
+                   "Ray's socket paths live under it)")
     p.add_argument("--dry-run", action="store_true", help="print the batch script, submit nothing")
     p.set_defaults(func=_cmd_slurm)
 

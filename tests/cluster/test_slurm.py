@@ -7,6 +7,8 @@ sweep runs on a real Ray started by the job and logs to a real MLflow sqlite sto
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.solo,
 
 
 @pytest.fixture(scope="module")
+def ray_tmp() -> Iterator[Path]:
+    """The jobs' Ray folders: short (Ray's socket paths live under them) and removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="mtbert-ray-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2)
     try:
@@ -36,7 +46,8 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
         cluster.stop()
 
 
-def submit(slurm: LocalSlurm, work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> str:
+def submit(slurm: LocalSlurm, work: Path, ray_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture) -> str:
     """`mtbert sweep slurm` as a user types it; the job's Python is this one, with this checkout."""
     import sys
 
@@ -48,7 +59,7 @@ def submit(slurm: LocalSlurm, work: Path, monkeypatch: pytest.MonkeyPatch, capsy
     assert main(["sweep", "slurm", str(SMOKE), "--smoke", "--set", "num_samples=1",
                  "--set", "tracking.log_models=none", "--workdir", str(work), "--cpus-per-node", "2",
                  "--tracking-uri", f"sqlite:///{work}/mlflow.db", "--setup", f"export PYTHONPATH={ROOT}",
-                 "--mtbert", f"{sys.executable} -m mtbert.cli", "--ray", str(Path(sys.executable).parent / "ray")]) == 0
+                 "--ray-tmp", str(ray_tmp), "--mtbert", f"{sys.executable} -m mtbert.cli", "--ray", str(Path(sys.executable).parent / "ray")]) == 0
     out = capsys.readouterr().out
     print(out)
     return re.search(r"submitted SLURM job (\d+)", out)[1]
@@ -77,8 +88,8 @@ def runs(work: Path, name: str) -> tuple:
     return parent, children
 
 
-def test_a_sweep_runs_in_a_batch_job(slurm: LocalSlurm, tmp_path: Path, monkeypatch, capsys) -> None:
-    job_id = submit(slurm, tmp_path, monkeypatch, capsys)
+def test_a_sweep_runs_in_a_batch_job(slurm: LocalSlurm, tmp_path: Path, ray_tmp: Path, monkeypatch, capsys) -> None:
+    job_id = submit(slurm, tmp_path, ray_tmp, monkeypatch, capsys)
     log = tmp_path / f"slurm-{job_id}.out"
     state = wait_for("the job to end", lambda: (j := slurm.job(job_id)).get("JobState") in
                      ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") and j, slurm, job_id, log)
@@ -93,8 +104,8 @@ def test_a_sweep_runs_in_a_batch_job(slurm: LocalSlurm, tmp_path: Path, monkeypa
 
 
 def test_a_preempted_sweep_stops_cleanly_and_its_requeued_job_resumes_it(
-        slurm: LocalSlurm, tmp_path: Path, monkeypatch, capsys) -> None:
-    job_id = submit(slurm, tmp_path, monkeypatch, capsys)
+        slurm: LocalSlurm, tmp_path: Path, ray_tmp: Path, monkeypatch, capsys) -> None:
+    job_id = submit(slurm, tmp_path, ray_tmp, monkeypatch, capsys)
     log = tmp_path / f"slurm-{job_id}.out"
     name = f"smoke-{job_id}"
     # Preempted while its trials run: SIGTERM to the batch shell, as `--signal=B:TERM@GRACE` or a

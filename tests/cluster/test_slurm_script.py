@@ -31,7 +31,7 @@ def test_every_option_lands_in_its_place() -> None:
                             setup=["module load python/3.11", "source ~/venvs/mtbert/bin/activate"],
                             sweep_args=["--set", "optim.lr=1e-4", "--smoke", "--tracking-uri", "http://mlflow:5000"],
                             mtbert="python -m mtbert.cli", ray="python -m ray.scripts.scripts", grace_s=300,
-                            job_name="mops"))
+                            job_name="mops", ray_tmp="/scratch/local"))
     assert directives(script) == [
         "--job-name=mops", "--nodes=3", "--ntasks-per-node=1", "--cpus-per-task=8", "--gpus-per-node=2",
         "--time=2-00:00:00", "--partition=gpu", "--account=nlp-lab", "--chdir=/shared/work",
@@ -47,6 +47,7 @@ def test_every_option_lands_in_its_place() -> None:
             "--address=\"$head_ip:$port\" --set optim.lr=1e-4 --smoke --tracking-uri http://mlflow:5000 &") in script
     assert 'python -m mtbert.cli sweep resume "$sweep" --address="$head_ip:$port" &' in script
     assert script.count("python -m ray.scripts.scripts start") == 2 and "--num-gpus=2" in script
+    assert script.count("--temp-dir=/scratch/local/ray-$SLURM_JOB_ID-") == 2
     assert "sweep=smoke-$SLURM_JOB_ID" in script
     assert "<<" not in script and ">>" not in script
 
