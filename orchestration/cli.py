@@ -266,6 +266,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_job_commands = None
     if add_job_commands is not None:
         add_job_commands(sweep_sub)
+    from orchestration.run.slurm import add_slurm_command  # sweeps as SLURM batch jobs
+
+    add_slurm_command(sweep_sub)
 
     board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")
     board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")

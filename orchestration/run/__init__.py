@@ -9,6 +9,7 @@
     storage.py    the room the sweep folder keeps, to stop cleanly when its disk fills
     remote.py     checks that run on every Ray node (paths visible, storage shared)
     jobs.py       sweeps as Ray Jobs: `mtbert sweep submit | status | stop`
+    slurm.py      sweeps as SLURM batch jobs: `mtbert sweep slurm` (Ray started in the allocation)
 
 The room that uses all the others: it reads the sweep (sweep/), writes through track/ and,
 when a sweep ends, logs the report/ tables to its parent run.
