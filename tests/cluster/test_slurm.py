@@ -84,7 +84,7 @@ def runs(work: Path, name: str) -> tuple:
     [parent] = client.search_runs([experiment.experiment_id],
                                   filter_string=f"tags.role = 'sweep' and attributes.run_name = '{name}'")
     children = client.search_runs([experiment.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'")
     return parent, children
 
 

@@ -261,7 +261,7 @@ def sweep_runs(client, name: str) -> tuple:
     assert len(parents) == 1, f"no single parent run named {name}"
     parent = parents[0]
     children = client.search_runs([experiment.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'")
     return parent, children
 
 

@@ -190,7 +190,7 @@ def _trials(uri: str) -> tuple[object, dict[str, object]]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("adaptive")
     [parent] = client.search_runs([experiment.experiment_id], "tags.role = 'sweep'")
-    children = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    children = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'")
     by_key = {r.data.tags["trial_key"]: r for r in children}
     assert len(by_key) == len(children), "a trial logged twice"
     return parent, by_key

@@ -33,7 +33,7 @@ def sweep_runs(uri: str, experiment: str):
     exp = client.get_experiment_by_name(experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     parents = [r for r in runs if r.data.tags.get("role") == "sweep"]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    children = [r for r in runs if "trial_key" in r.data.tags]  # the seeds, not their configurations
     return client, parents, children
 
 

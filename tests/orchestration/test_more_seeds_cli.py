@@ -23,7 +23,7 @@ def _children(uri: str) -> tuple[object, dict[str, object]]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("more")
     [parent] = client.search_runs([experiment.experiment_id], "tags.role = 'sweep'")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    runs = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'")
     return parent, {r.data.tags["trial_key"]: r for r in runs}
 
 

@@ -61,7 +61,7 @@ def test_a_swept_plugin_setting_reaches_mlflow_and_the_leaderboard(plugin_dir):
 
     client = MlflowClient(f"sqlite:///{plugin_dir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("scaled")
-    children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    children = [r for r in client.search_runs([exp.experiment_id]) if "trial_key" in r.data.tags]
     assert {r.data.params["loss.weighting"] for r in children} == {"scaled"}
     assert sorted(float(r.data.params["loss.weighting.scale"]) for r in children) == [0.25, 0.5, 0.75]
 

@@ -175,7 +175,7 @@ def test_a_points_sweep_logs_its_keys_as_params_and_labels_its_rows(tmp_path):
     [parent] = [r for r in runs if r.data.tags.get("role") == "sweep"]
     assert parent.data.tags["space_keys"] == "loss.weighting,heads.dropout"
     assert json.loads(parent.data.tags[POINTS_TAG]) == {"arm": ["loss.weighting", "heads.dropout"]}
-    params = {r.data.tags["variant"]: r.data.params for r in runs if "mlflow.parentRunId" in r.data.tags}
+    params = {r.data.tags["variant"]: r.data.params for r in runs if "trial_key" in r.data.tags}
     assert "arm" not in {k for p in params.values() for k in p}  # a name, not a config key
     got = {v: (p["loss.weighting"], p["heads.dropout"], p["train.epochs"]) for v, p in params.items()}
     assert got == {"baseline": ("static", "0.1", "2"), "p000": ("pcgrad", "0.1", "2"),

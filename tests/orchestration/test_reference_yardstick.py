@@ -39,7 +39,7 @@ def test_best_the_summary_and_the_model_skip_the_reference_and_the_leaderboard_s
                                                                                             monkeypatch):
     monkeypatch.chdir(tmp_path)  # the leaderboard's plots go to ./runs/
     uri, client, exp = _store(tmp_path)
-    runs = [r for r in client.search_runs([exp]) if "mlflow.parentRunId" in r.data.tags]
+    runs = [r for r in client.search_runs([exp]) if "trial_key" in r.data.tags]
     # What the sweep's end writes: the parent's tags and metrics, the summary line, the model it logs.
     metrics, tags = sweep_summary(runs)
     assert tags["best_config"] == "p000" and abs(metrics["best_config_overall"] - 0.571) < 1e-9

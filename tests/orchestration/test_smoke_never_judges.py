@@ -39,6 +39,6 @@ def test_a_smoke_run_checks_its_claims_and_judges_none(tmp_path):
     assert parent.data.tags["verdicts"] == "smoke: not judged"
     assert not {"findings.md", "verdicts.json"} & {a.path for a in client.list_artifacts(parent.info.run_id)}
     # The two configurations stayed apart: freezing 4 of 5 layers trains more than freezing all.
-    runs = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    runs = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'")
     trainable = {r.data.params["freeze.layers"]: r.data.metrics["params_trainable"] for r in runs}
     assert trainable["4"] > trainable["-1"] > 0
