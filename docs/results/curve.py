@@ -28,7 +28,8 @@ def histories(uri: str, experiment: str, sweep: str | None) -> dict[str, list[di
     its role and the params that set it apart from the sweep's other variants."""
     client = MlflowClient(uri)
     exp_id, parent = find_sweep(uri, experiment, sweep)
-    runs = client.search_runs([exp_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'", max_results=5000)
+    runs = client.search_runs([exp_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and tags.role != 'configuration'",
+                              max_results=5000)
     variants = {r.data.tags.get("variant", ""): r.data.params for r in runs}
     differ = sorted(k for k in set().union(*map(set, variants.values())) if k != "train.seed"
                     and len({str(p.get(k)) for p in variants.values()}) > 1)
