@@ -44,8 +44,15 @@ def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
     family: list[int] = []
     try:
         def both_checkpointed() -> bool:
+            """A checkpoint of each trial that Tune's saved state already names: a kill before
+            its next snapshot (seconds later on a loaded machine) restores the trial from its
+            start, and the cut file is never read."""
             trials = list(run_dir.glob("*-s0_*"))
-            return len(trials) == 2 and all(_newest_checkpoint(t) is not None for t in trials)
+            if len(trials) != 2 or any(_newest_checkpoint(t) is None for t in trials):
+                return False
+            states = list(run_dir.glob("experiment_state*.json"))
+            newest = max(_newest_checkpoint(t).stat().st_mtime for t in trials)
+            return bool(states) and max(f.stat().st_mtime for f in states) > newest
 
         _wait_for(both_checkpointed, 240, "a checkpoint of each trial", driver, log)
         family = descendants(driver.pid)
