@@ -445,12 +445,13 @@ def stop(job_id: str, address: str | None) -> bool:
 
 # --------------------------------------------------------------------------- CLI
 
+def sweep_run_args(sets: list[str], smoke: bool) -> list[str]:
+    """The `sweep run` options a submitted job passes on: each --set, and --smoke."""
+    return [a for item in sets for a in ("--set", item)] + (["--smoke"] if smoke else [])
+
+
 def _cmd_submit(args: argparse.Namespace) -> int:
-    extra: list[str] = []
-    for item in args.set:
-        extra += ["--set", item]
-    if args.smoke:
-        extra.append("--smoke")
+    extra = sweep_run_args(args.set, args.smoke)
     if args.name:
         extra += ["--name", args.name]
     submit(args.file, args.address, extra, args.tracking_uri, follow=not args.no_follow,

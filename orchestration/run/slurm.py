@@ -230,11 +230,9 @@ def submit(script: str, sbatch: str = "sbatch") -> str:
 
 
 def _sweep_args(args: argparse.Namespace) -> list[str]:
-    extra: list[str] = []
-    for item in args.set:
-        extra += ["--set", item]
-    if args.smoke:
-        extra.append("--smoke")
+    from orchestration.run.jobs import sweep_run_args
+
+    extra = sweep_run_args(args.set, args.smoke)
     if args.tracking_uri:
         extra += ["--tracking-uri", tracking_uri(args.tracking_uri, Path(args.workdir or ".").resolve())]
     return extra
