@@ -408,7 +408,7 @@ def test_best_of_a_sweep_whose_every_trial_failed_says_why(tmp_path, capsys):
     parent = client.create_run(exp, tags={"role": "sweep"}, run_name="b0")
     for key in ("p000-s0", "p001-s0"):
         run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "variant": key[:4],
-                                           "trial_key": key, "error": "Traceback ...\nTrainingError: loss is nan"})
+                                           "role": "search", "trial_key": key, "error": "Traceback ...\nTrainingError: loss is nan"})
         client.set_terminated(run.info.run_id, "FAILED")
     capsys.readouterr()
     assert error_line(capsys, ["best", "--experiment", "broken", "--tracking-uri", uri]) == (

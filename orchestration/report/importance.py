@@ -474,7 +474,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
             figures: Sequence[str]) -> pd.DataFrame:
     """Two configurations: the second's difference from the first, paired by seed (the mean of
     a seed's runs where it ran more than one)."""
-    from orchestration.stats import LEVEL as INTERVAL_LEVEL, paired_interval
+    from orchestration.report.verdicts import ALPHA, interval
 
     first, second = (np.flatnonzero(configuration == c)[0] for c in (0, 1))
     label = "; ".join(f"{name}: {_label(col[second])} - {_label(col[first])}"
@@ -484,10 +484,11 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
         y = pd.to_numeric(table[figure], errors="coerce").to_numpy(dtype=float)
         per_seed = [pd.Series(y[configuration == c]).groupby(seeds[configuration == c]).mean().to_dict()
                     for c in (0, 1)]
-        found = paired_interval(per_seed[1], per_seed[0])
+        # A fixed design (importance reads a finished sweep once): the mean's t-interval.
+        found = interval(per_seed[1], per_seed[0], method="mean")
         decided = found.n >= 2 and (found.low > 0 or found.high < 0)
         rows.append([figure, label, math.nan, math.nan, found.mean, math.nan, bool(decided),
-                     f"paired by seed, {INTERVAL_LEVEL:.0%}", found.low, found.high, 2,
+                     f"paired by seed, {1 - ALPHA:.0%}", found.low, found.high, 2,
                      int(np.isfinite(y).sum()), 0])
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -440,8 +440,14 @@ except jobs.UnknownJob as exc:
 # To be stopped while its trials run (it starts up while the next job fails).
 job = jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "num_samples=1", "--name", "stopped-job"],
                   {mlflow!r}, follow=False, workdir={workdir!r})
-try:  # a sweep error met on the cluster comes back as one line
+try:  # a misspelled key is one line before anything is submitted
     jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "num_sample=2"], {mlflow!r})
+except jobs.JobFailed as exc:
+    result["refused"] = "submitted: " + str(exc)
+except jobs.JobError as exc:
+    result["refused"] = str(exc)
+try:  # a sweep error met only on the cluster (no GPU there) comes back as one line
+    jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "train.device=cuda"], {mlflow!r})
 except jobs.JobFailed as exc:
     result["failed"] = str(exc)
 client = JobSubmissionClient({dashboard!r})
@@ -465,7 +471,9 @@ def test_sweep_as_a_ray_job(tracking: Stack, monkeypatch: pytest.MonkeyPatch) ->
     assert result["status"] == "SUCCEEDED"
     assert result["stopped"] is False  # already ended
     assert result["unknown"] == f"no job mtbert-no-such-job on the Ray cluster at {stack.dashboard}"
-    assert re.fullmatch(r"job mtbert-smoke-\S+ FAILED: .*num_sample.*", result["failed"]), result["failed"]
+    assert result["refused"] == "sweeps/smoke.yaml: base: num_sample: unknown key (did you mean 'sampling'?)"
+    assert re.fullmatch(r"job mtbert-smoke-\S+ FAILED: train.device: cuda requested but no CUDA device is visible",
+                        result["failed"]), result["failed"]
     # The sweep ran in --workdir, so its Tune storage is there (a shared folder on a cluster).
     assert (workdir / "runs" / "as-a-job").is_dir()
     parent, children = sweep_runs(mlflow_client(stack, monkeypatch), "as-a-job")

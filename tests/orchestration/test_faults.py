@@ -25,11 +25,6 @@ def _start(args: list[str], cwd: Path, log: Path, **env: str) -> subprocess.Pope
                                 stderr=subprocess.STDOUT, env=cli_env(**env), start_new_session=True)
 
 
-def _newest_checkpoint(trial: Path) -> Path | None:
-    found = sorted(trial.glob("checkpoint_*"))
-    return found[-1] if found else None
-
-
 def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
     """The driver SIGKILLed, the newest checkpoint of each trial cut in half (every file in
     it), then `sweep resume`: each trial falls back to an older readable checkpoint or its
@@ -44,15 +39,16 @@ def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
     family: list[int] = []
     try:
         def both_checkpointed() -> bool:
-            """A checkpoint of each trial that Tune's saved state already names: a kill before
-            its next snapshot (seconds later on a loaded machine) restores the trial from its
+            """A checkpoint of each trial that Tune's saved state already names (a checkpoint
+            written since is registered, and the older one deleted, only once the driver has
+            taken in its result): a trial the state names no checkpoint of restarts from its
             start, and the cut file is never read."""
             trials = list(run_dir.glob("*-s0_*"))
-            if len(trials) != 2 or any(_newest_checkpoint(t) is None for t in trials):
+            states = sorted(run_dir.glob("experiment_state*.json"), key=lambda f: f.stat().st_mtime)
+            if len(trials) != 2 or not states:
                 return False
-            states = list(run_dir.glob("experiment_state*.json"))
-            newest = max(_newest_checkpoint(t).stat().st_mtime for t in trials)
-            return bool(states) and max(f.stat().st_mtime for f in states) > newest
+            named = states[-1].read_text()
+            return all(any(c.name in named for c in t.glob("checkpoint_*")) for t in trials)
 
         _wait_for(both_checkpointed, 240, "a checkpoint of each trial", driver, log)
         family = descendants(driver.pid)
@@ -61,8 +57,8 @@ def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
     finally:
         stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
     cut = 0
-    for trial in run_dir.glob("*-s0_*"):
-        for file in _newest_checkpoint(trial).rglob("*"):
+    for trial in run_dir.glob("*-s0_*"):  # every checkpoint on disk: the one the state names among them
+        for file in trial.glob("checkpoint_*/**/*"):
             if file.is_file() and file.stat().st_size > 1:
                 file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
                 cut += 1
