@@ -275,15 +275,19 @@ def _trial_name(trial) -> str:
 
 
 def _trial_dirname(trial) -> str:
-    return f"{trial.config['key']}_{trial.trial_id}"
+    from orchestration.run.trainable import trial_dirname
+
+    return trial_dirname(trial.config["key"], trial.trial_id)
 
 
-def _trainable(cpu: float, gpu: float):
+def _trainable(cpu: float, gpu: float, experiment_dir: Path):
+    """run_trial with its resources and the sweep's folder, where each trial keeps its own."""
     from ray import tune
 
     from orchestration.run.trainable import run_trial
 
-    return tune.with_resources(run_trial, {"cpu": cpu, "gpu": gpu})
+    return tune.with_resources(tune.with_parameters(run_trial, experiment_dir=str(experiment_dir)),
+                               {"cpu": cpu, "gpu": gpu})
 
 
 def _search_space_doc(sweep: Sweep, planner: Planner) -> str:
@@ -433,7 +437,7 @@ def _tuner(sweep: Sweep, searcher, total: int, run_name: str, storage_dir: Path,
     adaptive = sweep.adaptive is not None
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive)
     return tune.Tuner(
-        _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu),
+        _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu, storage_dir / run_name),
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=total,
             metric=metric, mode=mode, max_concurrent_trials=sweep.spec.max_concurrent,
@@ -528,7 +532,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     _flat_names()
     _moved_names()
     resources = state["resources"]
-    tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"]),
+    tuner = tune.Tuner.restore(str(run_dir), trainable=_trainable(resources["cpu"], resources["gpu"], run_dir),
                                resume_unfinished=True, resume_errored=True)
     log(f"resuming sweep {run_dir.name} | MLflow {state['tracking_uri']} parent run {state['parent_run_id']}")
     models = (state.get("log_models", "best"), state.get("register_model"))

@@ -74,35 +74,31 @@ def _file_log(path: Path):
     return log
 
 
-def _trial_folder() -> tuple[Path, str | None]:
+def trial_dirname(key: str, trial_id: str) -> str:
+    """A trial's folder name in the sweep's storage (Tune's trial_dirname_creator)."""
+    return f"{key}_{trial_id}"
+
+
+def _trial_folder(experiment_dir: str | None, key: str) -> Path:
     """The trial's folder in the sweep's storage (runs/<sweep>/<trial>), where train.log and
-    the model belong, and why not, if it is not. Not get_trial_dir(): on a reused actor that
-    is a scratch folder in Ray's session directory (working_dirs/), which Tune never copies
-    back, so most trials lost their train.log. Not ray.train.get_context().get_storage()
-    either: inside a Tune function Ray 2.60 raises a DeprecationWarning there, which used to
-    send every trial to that scratch folder. The trial's own session holds its storage,
-    reused actor or not. Storage that is not a local path (s3://...) keeps Tune's folder."""
-    import pyarrow.fs
+    the model belong: the driver names the sweep's folder (`experiment_dir`), the trial's name
+    follows from its key and id. Not get_trial_dir(): on a reused actor that is a scratch
+    folder in Ray's session directory, which Tune never copies back (most trials lost their
+    train.log that way)."""
+    context = tune.get_context()
+    if experiment_dir is None:  # run outside a sweep's driver
+        return Path(context.get_trial_dir())
+    return Path(experiment_dir) / trial_dirname(key, context.get_trial_id())
 
+
+def run_trial(config: dict[str, Any], experiment_dir: str | None = None) -> None:
+    """One trial; `experiment_dir`: the sweep's folder in Tune's storage (launch passes it)."""
     try:
-        from ray.train._internal.session import get_session
-
-        storage = get_session().storage
-        if isinstance(storage.storage_filesystem, pyarrow.fs.LocalFileSystem):
-            return Path(storage.trial_fs_path), None
-        why = f"storage {storage.storage_filesystem.type_name} is not a local folder"
-    except Exception as exc:  # noqa: BLE001 - that developer API moved: say so in the log
-        why = f"Ray's trial storage unavailable ({type(exc).__name__}: {exc})"
-    return Path(tune.get_context().get_trial_dir()), why
-
-
-def run_trial(config: dict[str, Any]) -> None:
-    try:
-        _run_trial(config)
+        _run_trial(config, experiment_dir)
     except final_error_types() as exc:
         import traceback
 
-        trial_dir = _trial_folder()[0]
+        trial_dir = _trial_folder(experiment_dir, config["key"])
         try:
             trial_dir.mkdir(parents=True, exist_ok=True)
             with (trial_dir / ERROR_NAME).open("a") as f:  # Tune's own format: one "Failure #" per failure
@@ -113,7 +109,7 @@ def run_trial(config: dict[str, Any]) -> None:
         tune.report({FAILED: f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]})
 
 
-def _run_trial(config: dict[str, Any]) -> None:
+def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:
     entered = time.perf_counter()
     from mtbert.config import ConfigError, build_config
     from mtbert.errors import CheckpointUnreadable
@@ -125,15 +121,13 @@ def _run_trial(config: dict[str, Any]) -> None:
     if "__invalid__" in config["config"]:
         raise ConfigError(f"trial {config['key']}: {config['config']['__invalid__']}")
     cfg = build_config(config["config"], source=f"trial {config['key']}")
-    trial_dir, elsewhere = _trial_folder()
+    trial_dir = _trial_folder(experiment_dir, config["key"])
     trial_dir.mkdir(parents=True, exist_ok=True)
     log = _file_log(trial_dir / LOG_NAME)
     if (trial_dir / ENDED_NAME).is_file():  # restored from a Tune state older than its end
         log(f"trial {config['key']} already ended ({(trial_dir / ENDED_NAME).read_text().strip()}); not run again")
         return
     log(f"trial {config['key']} pid {os.getpid()}")
-    if elsewhere:
-        log(f"warning: this log is in Tune's working folder {trial_dir}: {elsewhere}")
 
     from orchestration.track.system import SystemSampler
 
