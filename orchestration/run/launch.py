@@ -182,6 +182,12 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
     with _signals_stay_with_driver(local=not address):
         ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None,
                  **local, **common)
+    if not address:
+        import atexit
+
+        from orchestration.run.shutdown import stop_local_ray
+
+        atexit.register(stop_local_ray)  # before Ray's own exit handler, which then has nothing to do
     return not address
 
 
