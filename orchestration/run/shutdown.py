@@ -6,7 +6,8 @@ with SIGTERM and gives each a second before SIGKILL, so with SIGTERM blocked eve
 waited about four seconds for nothing. `stop_local_ray` runs Ray's shutdown with a watcher
 beside it: a child of the driver that holds a pending SIGTERM (Ray has asked it to end) gets
 the SIGKILL Ray would send a second later. Linux shows pending signals in /proc; elsewhere the
-watcher finds nothing and Ray's shutdown runs as it always did.
+watcher finds nothing and Ray's shutdown runs as it always did, as it does for a process that
+held a SIGTERM before the shutdown began (sent to the whole group).
 """
 from __future__ import annotations
 
@@ -48,9 +49,13 @@ def term_pending(pid: int) -> bool:
 
 def _kill_asked(stop: threading.Event, every_s: float = 0.02) -> None:
     parent = os.getpid()
+    # A SIGTERM pending before the shutdown began came from a signal to the whole group (the
+    # sweep stopped for it), not from Ray: such a process waits Ray's second, as it always did
+    # (ending Ray's GCS before the driver has let go of it hangs the driver).
+    before = {pid for pid in _children(parent) if term_pending(pid)}
     while not stop.wait(every_s):
         for pid in _children(parent):
-            if term_pending(pid):
+            if pid not in before and term_pending(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
