@@ -47,12 +47,8 @@ def term_pending(pid: int) -> bool:
     return False
 
 
-def _kill_asked(stop: threading.Event, every_s: float = 0.02) -> None:
+def _kill_asked(stop: threading.Event, before: set[int], every_s: float = 0.02) -> None:
     parent = os.getpid()
-    # A SIGTERM pending before the shutdown began came from a signal to the whole group (the
-    # sweep stopped for it), not from Ray: such a process waits Ray's second, as it always did
-    # (ending Ray's GCS before the driver has let go of it hangs the driver).
-    before = {pid for pid in _children(parent) if term_pending(pid)}
     while not stop.wait(every_s):
         for pid in _children(parent):
             if pid not in before and term_pending(pid):
@@ -68,8 +64,12 @@ def stop_local_ray() -> None:
 
     if not ray.is_initialized():
         return
+    # A SIGTERM pending before the shutdown begins came from a signal to the whole group (the
+    # sweep stopped for it), not from Ray: such a process waits Ray's second, as it always did
+    # (ending Ray's GCS before the driver has let go of it hangs the driver).
+    before = {pid for pid in _children(os.getpid()) if term_pending(pid)}
     stop = threading.Event()
-    watcher = threading.Thread(target=_kill_asked, args=(stop,), name="mtbert-ray-stop", daemon=True)
+    watcher = threading.Thread(target=_kill_asked, args=(stop, before), name="mtbert-ray-stop", daemon=True)
     watcher.start()
     try:
         ray.shutdown()
