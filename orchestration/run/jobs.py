@@ -267,10 +267,13 @@ def _check_sweep(file: str | Path, extra_args: Sequence[str] = ()) -> None:
             raise JobError(str(exc)) from None
 
 
-def _failure_line(state: JobState) -> str:
-    """Ray's message for a failed job quotes the log tail; the CLI's own error line says why."""
+def _failure_line(state: JobState, logs: str = "") -> str:
+    """Ray's message for a failed job quotes the log tail, the CLI's own error line says why;
+    `logs`: the job's whole log, where that tail came empty (Ray read it before the driver's
+    last lines reached it)."""
     lines = [line.strip() for line in state.message.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("mtbert: error:")]
+    errors = [line for line in (*lines, *(line.strip() for line in logs.splitlines()))
+              if line.startswith("mtbert: error:")]
     if errors:
         return errors[-1].removeprefix("mtbert: error:").strip()
     return lines[0] if lines else "no message"
@@ -315,8 +318,16 @@ def _submitted(client, url: str, job_id: str, follow: bool, out: TextIO | None) 
         raise
     state = _wait_terminal(client, url, job_id)
     if state.status != "SUCCEEDED":
-        raise JobFailed(f"job {job_id} {state.status}: {_failure_line(state)}")
+        raise JobFailed(f"job {job_id} {state.status}: {_failure_line(state, _logs(client, job_id))}")
     return job_id
+
+
+def _logs(client, job_id: str) -> str:
+    """The job's log as the dashboard holds it now; '' where it cannot say."""
+    try:
+        return client.get_job_logs(job_id)
+    except Exception:  # noqa: BLE001 - the failure itself is reported either way
+        return ""
 
 
 # --------------------------------------------------------------------------- progress, resume
