@@ -446,8 +446,9 @@ except jobs.JobFailed as exc:
     result["refused"] = "submitted: " + str(exc)
 except jobs.JobError as exc:
     result["refused"] = str(exc)
-try:  # a sweep error met only on the cluster (no GPU there) comes back as one line
-    jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--smoke", "--set", "train.device=cuda"], {mlflow!r})
+try:  # a sweep error met only on the cluster (its data folder, which the submitter cannot check) is one line
+    jobs.submit("sweeps/smoke.yaml", {dashboard!r}, ["--set", "data.source=cs224n", "--set", "data.dir=/no/such/data"],
+                {mlflow!r})
 except jobs.JobFailed as exc:
     result["failed"] = str(exc)
 client = JobSubmissionClient({dashboard!r})
@@ -472,8 +473,8 @@ def test_sweep_as_a_ray_job(tracking: Stack, monkeypatch: pytest.MonkeyPatch) ->
     assert result["stopped"] is False  # already ended
     assert result["unknown"] == f"no job mtbert-no-such-job on the Ray cluster at {stack.dashboard}"
     assert result["refused"] == "sweeps/smoke.yaml: base: num_sample: unknown key (did you mean 'sampling'?)"
-    assert re.fullmatch(r"job mtbert-smoke-\S+ FAILED: train.device: cuda requested but no CUDA device is visible",
-                        result["failed"]), result["failed"]
+    assert re.fullmatch(r"job mtbert-smoke-\S+ FAILED: data.dir: /no/such/data not found", result["failed"]), \
+        result["failed"]
     # The sweep ran in --workdir, so its Tune storage is there (a shared folder on a cluster).
     assert (workdir / "runs" / "as-a-job").is_dir()
     parent, children = sweep_runs(mlflow_client(stack, monkeypatch), "as-a-job")

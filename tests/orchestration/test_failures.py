@@ -18,7 +18,7 @@ from orchestration.track.tracking import SweepRecord, _Syncer
 
 def test_a_deterministic_error_ends_the_trial_with_its_reason(tmp_path, monkeypatch):
     reports = []
-    monkeypatch.setattr(trainable, "_trial_folder", lambda: (tmp_path, None))
+    monkeypatch.setattr(trainable, "_trial_folder", lambda experiment_dir, key: tmp_path)
     monkeypatch.setattr(trainable.tune, "report", lambda metrics, **kw: reports.append(metrics))
     trainable.run_trial({"key": "p000-s0", "config": {"__invalid__": "optim.lr: must be > 0"}})
     assert reports == [{trainable.FAILED: "ConfigError: trial p000-s0: optim.lr: must be > 0"}]
@@ -29,7 +29,7 @@ def test_a_deterministic_error_ends_the_trial_with_its_reason(tmp_path, monkeypa
 
 
 def test_a_crash_still_raises_so_tune_retries_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(trainable, "_run_trial", lambda config: (_ for _ in ()).throw(MemoryError("oom")))
+    monkeypatch.setattr(trainable, "_run_trial", lambda config, experiment_dir: (_ for _ in ()).throw(MemoryError("oom")))
     with pytest.raises(MemoryError):
         trainable.run_trial({"key": "p000-s0", "config": {}})
 
