@@ -9,5 +9,5 @@ MAX_CONFIGURATIONS = 1_000  # searched configurations: grid points (and simplex 
 MAX_SEEDS = 50  # seeds of a list, and adaptive seeds' max
 MAX_TRIALS = 5_000  # configurations x seeds (adaptive: at max, or the budget); each is planned at load
 MAX_HOURS = 24 * 366  # seeds.budget.hours
-MAX_CLAIMS = 200
+MAX_CLAIMS = 200  # entries of claims:
 MAX_OUTAGE_S = 7 * 24 * 3600  # tracking.outage_s

@@ -32,6 +32,8 @@ from orchestration.sweep.spec import (DEPTH_KEYS, SMOKE_CONFIG, SMOKE_MAX_TINY_L
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool = False) -> Sweep:
+    """The sweep file at `path`, with `--set` overrides and --smoke's shrinking applied, checked
+    in full: the first thing wrong fails it in one line."""
     path = Path(path)
     try:
         raw = read_yaml(path)
@@ -99,7 +101,7 @@ def configurations_of(spec: SweepFile, dims: list[Dimension]) -> int:
 
 
 def _check_sizes(spec: SweepFile, dims: list[Dimension], where: str) -> None:
-    """The bounds above, each in one line naming its key, before anything is expanded."""
+    """The bounds (bounds.py), each in one line naming its key, before anything is expanded."""
     if not 0 <= spec.search.seed < SEED_LIMIT:
         raise SweepError(f"{where}: search.seed: must be in 0..{SEED_LIMIT - 1}, got {spec.search.seed}")
     if len(dims) > MAX_DIMENSIONS:

@@ -1,9 +1,9 @@
-"""Sweep files: the schema of a sweep file, the validated `Sweep` it loads into, and the small
-parsers both share with the modules that read parts of a sweep file on their own.
+"""Sweep files: the schema, the validated `Sweep` a file loads into, and the small parsers
+(`seeds:`, `verdicts:`, `--set`) that loading and claims.py both use.
 
-Loading (load.py) checks a sweep end to end before any compute is spent; this module holds
-what it loads into and what the rest of the sweep room (plan.py, claims.py) reads, so that
-they import it and it imports none of them.
+Loading checks a sweep end to end before any compute is spent (load.py); this module holds
+what it loads into and what plan.py and claims.py read, so that they import it and it
+imports neither of them.
 
 Every key of a sweep file is described in sweeps/README.md; the schema is `SweepFile` below,
 dimensions are in orchestration/sweep/space.py, claims in orchestration/sweep/claims.py, the
@@ -239,6 +239,7 @@ def epoch_budget(base: dict[str, Any], dims: list[Dimension], baseline: dict[str
 
 
 def with_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the nested `base` with the dotted `overrides` set (`base` is left as it was)."""
     raw = copy.deepcopy(base)
     for key, value in overrides.items():
         set_dotted(raw, key, copy.deepcopy(value))
@@ -246,6 +247,8 @@ def with_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 
 def validated_config(raw: dict[str, Any]) -> Config:
+    """A trial's config as a trial would build it: the config rules, its files resolved, and
+    the encoder-depth checks; raises ConfigError (`@: ...`)."""
     from mtbert.data.readers import resolve_files
     from mtbert.model.encoder import check_against_encoder
 
