@@ -10,7 +10,7 @@ import yaml
 
 from mtbert.cli import main
 from orchestration.errors import SweepError
-from orchestration.sweep.spec import load_sweep
+from orchestration.sweep.load import load_sweep
 
 # Top-level on purpose (not in tests/orchestration, whose package name shadows `orchestration`
 # under --import-mode=importlib): the in-process calls below must reach this checkout's code.

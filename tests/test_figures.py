@@ -16,7 +16,7 @@ from mtbert.tasks import TASKS, TaskSpec, register_task
 from mtbert.train import loop
 from mtbert.train.precision import label
 from orchestration.report import leaderboard as board
-from orchestration.sweep.spec import load_sweep
+from orchestration.sweep.load import load_sweep
 from orchestration.track import tracking
 
 from .orchestration.conftest import TINY_BASE, write_sweep

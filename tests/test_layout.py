@@ -14,12 +14,18 @@ So the rooms are layers, sweep <- track <- report <- run <- cli, and no cycle am
 form. Every `import` and `from` counts, those deferred into a function included: a deferred
 import is still a dependency, only a later one.
 
+Across all of mtbert/ and orchestration/, module by module: no import cycle (a deferred import
+and one under `if TYPE_CHECKING:` count as well), and no module uses another's private names
+(a leading underscore), nor a third-party package's private modules or names (`torch._C`):
+what a module keeps to itself may change under its users without a word.
+
 Each module is also imported alone in a fresh interpreter, so none relies on another module
 having been imported first, and no module-level cycle hides behind a lucky import order.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -30,6 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "orchestration"
+PROJECT = ("mtbert", "orchestration")  # the packages whose modules are held to the rules below
 SHARED = {"errors", "paths", "stats"}  # leaves every room uses; they import no room
 TOP = SHARED | {"cli"}
 ALLOWED = {  # room -> the rooms it may import
@@ -42,13 +49,194 @@ ALLOWED = {  # room -> the rooms it may import
 ROOMS = ["sweep", "run", "track", "report"]
 
 
-def _modules() -> list[str]:
-    names = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return names
+# --------------------------------------------------------------------------- the checker
+# Written once: the tests on the project's modules and the tests on a planted tree (which
+# show that each rule does fail) call the same functions.
 
+def modules_of(root: Path, packages: tuple[str, ...] = PROJECT) -> dict[str, Path]:
+    """Every module of `packages` under `root`, by its dotted name (a package by its own)."""
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _private(name: str) -> bool:
+    """A leading underscore, a dunder (__doc__, __version__) aside."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from` statement reads from, a relative one resolved against `module`."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    anchor = package[: len(package) - node.level + 1]
+    return ".".join(anchor + ([node.module] if node.module else []))
+
+
+def imports_of(module: str, modules: dict[str, Path]) -> list[tuple[int, str, str | None]]:
+    """Every import statement anywhere in `module`'s file (in a function, under `if
+    TYPE_CHECKING:`, ...), as (line, module imported, name taken from it or None).
+    `from a.b import c` imports the module a.b.c where that is a module of `modules`."""
+    path = modules[module]
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, path, node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    found.append((node.lineno, f"{base}.{alias.name}", None))
+                else:
+                    found.append((node.lineno, base, alias.name))
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the modules of `modules` it imports (itself left out)."""
+    return {module: {target for _, target, _ in imports_of(module, modules)
+                     if target in modules and target != module}
+            for module in modules}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[str]:
+    """A line for each group of modules that import one another (the strongly connected
+    components of the graph, by Tarjan's algorithm): the shortest way round from the group's
+    first module, `a -> b -> a`, then the whole group where it holds more."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:  # recursive: the graph has a few hundred modules at most
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    cycles = []
+    for group in sorted(groups):
+        start, members = group[0], set(group)
+        came_from: dict[str, str] = {}
+        frontier = [start]
+        while start not in came_from:  # breadth first, back to the start
+            nxt_frontier = []
+            for node in frontier:
+                for nxt in sorted(graph[node] & members):
+                    if nxt not in came_from:
+                        came_from[nxt] = node
+                        nxt_frontier.append(nxt)
+            frontier = nxt_frontier
+        path = [start]
+        while path[-1] != start or len(path) == 1:
+            path.append(came_from[path[-1]])
+        path = path[::-1]
+        rest = sorted(members - set(path))
+        cycles.append(" -> ".join(path) + (f" (one cycle of the group with {', '.join(rest)})" if rest else ""))
+    return cycles
+
+
+def _is_third_party(module: str, packages: tuple[str, ...]) -> bool:
+    top = module.split(".")[0]
+    return bool(top) and top not in packages and top not in sys.stdlib_module_names and top != "__future__"
+
+
+def _bound_names(module: str, modules: dict[str, Path], packages: tuple[str, ...]) -> dict[str, str]:
+    """The names an import binds in `module`'s file (anywhere in it) -> the dotted module, or
+    third-party name, each stands for."""
+    path = modules[module]
+    bound = {}
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, path, node)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                # A project name stands for a module only where it is one; a third-party
+                # one may be either, and its private parts are off limits both ways.
+                if full in modules or _is_third_party(base, packages):
+                    bound[alias.asname or alias.name] = full
+    return bound
+
+
+def private_uses(modules: dict[str, Path], packages: tuple[str, ...] = PROJECT) -> list[str]:
+    """`path:line: what` for every use of a private name across modules: `from x import _y`
+    where x is another module of `packages`, `x._y` where the name x is bound to such a
+    module (by `import x`, `import a.x as x`, `from a import x`), and any private module or
+    name of a third-party package, imported or reached through its attributes (`torch._C`)."""
+    found = []
+    for module, path in modules.items():
+        where = path.relative_to(path.parents[len(module.split(".")) - 1 + (path.name == "__init__.py")])
+        for line, target, name in imports_of(module, modules):
+            third = _is_third_party(target, packages)
+            if third and any(_private(part) for part in target.split(".")):
+                found.append(f"{where}:{line}: imports {target}, private to {target.split('.')[0]}")
+            elif name is not None and _private(name) and target != module and (third or target in modules):
+                found.append(f"{where}:{line}: imports {name}, private to {target}")
+        bound = _bound_names(module, modules, packages)
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+                continue
+            chain, inner = [], node
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if not isinstance(inner, ast.Name) or inner.id not in bound:
+                continue
+            dotted = bound[inner.id]
+            for attr in reversed(chain):  # outermost first: a.b._c reads b, then _c
+                if dotted in modules:
+                    if _private(attr) and dotted != module:
+                        found.append(f"{where}:{node.lineno}: uses {dotted}.{attr}, private to {dotted}")
+                        break
+                elif _is_third_party(dotted, packages):
+                    if _private(attr):
+                        found.append(f"{where}:{node.lineno}: uses {dotted}.{attr}, "
+                                     f"private to {dotted.split('.')[0]}")
+                        break
+                else:
+                    break  # the standard library, or a name of the project that is no module
+                dotted = f"{dotted}.{attr}"
+    return sorted(set(found), key=_by_place)
+
+
+def _by_place(line: str) -> tuple[str, int, str]:
+    """`path:line: what` in file, then line order."""
+    path, number, what = line.split(":", 2)
+    return path, int(number), what
+
+
+# --------------------------------------------------------------------------- orchestration's rooms
 
 def _place(module: str) -> str | None:
     """The room of `orchestration.<room>...`, `cli`, `shared`; None for the package itself."""
@@ -58,27 +246,6 @@ def _place(module: str) -> str | None:
     if parts[1] in SHARED:
         return "shared"
     return parts[1]
-
-
-def _imports(module: str) -> set[str]:
-    """The orchestration modules `module` imports anywhere in its file (absolute names)."""
-    path = ROOT / Path(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            # `from orchestration.run import launch` imports orchestration.run.launch
-            found.update(f"{base}.{alias.name}" for alias in node.names
-                         if (ROOT / Path(*base.split(".")) / f"{alias.name}.py").is_file())
-    return {name for name in found if name == "orchestration" or name.startswith("orchestration.")}
 
 
 def test_every_module_has_a_room():
@@ -96,9 +263,10 @@ def test_every_module_has_a_room():
 
 def test_rooms_import_one_way():
     wrong = []
-    for module in _modules():
+    graph = import_graph(modules_of(ROOT, ("orchestration",)))
+    for module in sorted(graph):
         here = _place(module)
-        for target in _imports(module):
+        for target in sorted(graph[module]):
             there = _place(target)
             if here in (None, there) or there is None:
                 continue  # the package itself, or within one room
@@ -111,7 +279,7 @@ def test_rooms_import_one_way():
     assert not wrong, "imports against the rooms' direction:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("module", _modules())
+@pytest.mark.parametrize("module", sorted(modules_of(ROOT, ("orchestration",))))
 def test_imports_alone(module):
     run = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
@@ -169,3 +337,60 @@ def test_a_sweep_saved_before_a_move_still_resumes():
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- every module of the project
+
+def test_no_import_cycle():
+    cycles = import_cycles(import_graph(modules_of(ROOT)))
+    assert not cycles, "modules that import one another (deferred imports count):\n" + "\n".join(cycles)
+
+
+def test_no_private_name_of_another_module():
+    uses = private_uses(modules_of(ROOT))
+    assert not uses, ("private names used outside their module (make them public, or keep the use "
+                      "inside):\n" + "\n".join(uses))
+
+
+PLANTED = {  # a tree with each kind of fault once, beside ones that break no rule
+    "pkg/__init__.py": "",
+    "pkg/a.py": "from pkg.b import helper\n\ndef _hidden():\n    return helper()\n",
+    "pkg/b.py": "def helper():\n    from pkg import a  # deferred: still a cycle\n    return a\n",
+    "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.d import D\n",
+    "pkg/d.py": "import pkg.c\nD = 1\n",
+    "pkg/e.py": "from pkg.a import _hidden\n",
+    "pkg/f.py": ("import pkg.a\nfrom pkg import a as alias\nfrom .a import _hidden as h\n\n"
+                 "def g():\n    return pkg.a._hidden(), alias._hidden()\n"),
+    "pkg/g.py": ("import os\nimport torch._C\nfrom ray.train._internal import session\n"
+                 "from torch import nn\nimport numpy as np\n\n"
+                 "def h():\n    os._exit(0)\n    return nn._reduction, np.random._x, nn.Module, pkg_a()\n"),
+    "pkg/h.py": "import pkg.a as whole\nfrom pkg.a import __doc__\n\ndef _own():\n    return _own, whole.__name__\n",
+    "pkg/sub/__init__.py": "from . import leaf\n",
+    "pkg/sub/leaf.py": "from .. import b\n",
+}
+
+
+def _planted(tmp_path: Path) -> dict[str, Path]:
+    for name, text in PLANTED.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return modules_of(tmp_path, ("pkg",))
+
+
+def test_the_checks_find_planted_cycles(tmp_path):
+    assert import_cycles(import_graph(_planted(tmp_path))) == [
+        "pkg.a -> pkg.b -> pkg.a",  # one import deferred into a function
+        "pkg.c -> pkg.d -> pkg.c",  # one under `if TYPE_CHECKING:`
+    ]  # a relative import from a subpackage resolves (pkg.sub.leaf -> pkg.b), and is no cycle
+
+
+def test_the_checks_find_planted_private_uses(tmp_path):
+    assert private_uses(_planted(tmp_path), ("pkg",)) == [
+        "pkg/e.py:1: imports _hidden, private to pkg.a",
+        "pkg/f.py:3: imports _hidden, private to pkg.a",  # relative, under another name
+        "pkg/f.py:6: uses pkg.a._hidden, private to pkg.a",  # both ways of naming the module
+        "pkg/g.py:2: imports torch._C, private to torch",
+        "pkg/g.py:3: imports ray.train._internal, private to ray",
+        "pkg/g.py:9: uses numpy.random._x, private to numpy",
+        "pkg/g.py:9: uses torch.nn._reduction, private to torch",
+    ]  # not: os._exit (the standard library), dunders, a module's own private names

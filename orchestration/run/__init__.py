@@ -6,6 +6,8 @@
     scheduler.py  FIFO or ASHA (never stops the baseline)
     callbacks.py  the driver's Tune callback that sends every trial event to tracking
     progress.py   the driver's Tune callback that prints the progress lines
+    stops.py      what both callbacks and launch.py share: a failed trial's one line, the
+                  signals that stop a sweep (so launch.py imports them, never the reverse)
     storage.py    the room the sweep folder keeps, to stop cleanly when its disk fills
     remote.py     checks that run on every Ray node (paths visible, storage shared)
     jobs.py       sweeps as Ray Jobs: `mtbert sweep submit | status | stop`

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import signal
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -11,42 +10,10 @@ from types import SimpleNamespace
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from orchestration.run.launch import GROUP_SIGNALS
+from orchestration.run.stops import GROUP_SIGNALS, error_line
 from orchestration.run.storage import release_reserve, storage_shortfall
 from orchestration.run.trainable import ended, failure, keep_one_model, mark_ended
 from orchestration.track.tracking import STORAGE_FULL, SweepTracking
-
-_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
-# A worker killed by Ray's memory monitor (RAY_memory_usage_threshold of the node's memory):
-# how a trial's error says so, and the stop reason when the kill escapes Tune (launch.py).
-MEMORY_MONITOR = "killed by Ray's memory monitor"
-MEMORY_MONITOR_SIGNS = ("ray.exceptions.OutOfMemoryError", "due to the node running low on memory")
-_OOM_REASON = re.compile(r"OOM kill reason: (.+)")
-
-
-def error_line(trial) -> str:
-    """The one line that says why a trial failed (the exception, not Ray's traceback)."""
-    reason = failure(trial.last_result)
-    if reason:
-        return reason
-    path = getattr(trial, "error_file", None)
-    text = Path(path).read_text(errors="replace") if path and Path(path).is_file() else ""
-    return memory_monitor_line(text) or _last_error_line(text)
-
-
-def memory_monitor_line(text: str) -> str | None:
-    """The one line for a worker Ray's memory monitor killed, from its 40-line report (which
-    ends on advice about Ray's settings): what it measured against what threshold."""
-    if not any(sign in text for sign in MEMORY_MONITOR_SIGNS):
-        return None
-    why = _OOM_REASON.search(text)
-    return f"{MEMORY_MONITOR}: {why.group(1).strip() if why else 'the node ran low on memory'}"
-
-
-def _last_error_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    fallback = lines[-1] if lines else "the trial failed (no error recorded)"
-    return next((line for line in reversed(lines) if _ERROR_LINE.match(line)), fallback)
 
 
 class TrackingCallback(Callback):

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import Sweep, load_sweep
+from orchestration.sweep.spec import Sweep
 
 # What a sweep costs beyond its trials' own phases, from the overhead bench (docs/benchmarks.md,
 # head-only trials on an idle 2-core CPU): a warm trial's slot is ~0.4 s longer than its work

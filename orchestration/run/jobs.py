@@ -246,13 +246,13 @@ def _sweep_in(working_dir: Path, file: str | Path) -> str:
                        "that holds it") from None
 
 
-def _check_sweep(file: str | Path, extra_args: Sequence[str] = ()) -> None:
+def check_sweep(file: str | Path, extra_args: Sequence[str] = ()) -> None:
     """The sweep validated here as `sweep run` would, before a job is submitted: a misspelled
     key is one line now, not a failed job on the cluster. Data and model paths may exist on
     the cluster's volume alone, so a sweep that fails only on them (it validates in full under
     --smoke, which reads no files and loads no model) goes on to the job, which checks them in
     its first seconds."""
-    from orchestration.sweep.spec import load_sweep
+    from orchestration.sweep.load import load_sweep
 
     overrides = [extra_args[i + 1] for i, a in enumerate(extra_args[:-1]) if a == "--set"]
     smoke = "--smoke" in extra_args
@@ -292,7 +292,7 @@ def submit(file: str | Path, address: str | None, extra_args: Sequence[str] = ()
     nodes' $MLFLOW_TRACKING_URI. `python`: the interpreter on the head (default_python)."""
     root = Path(working_dir) if working_dir else Path.cwd()
     relative = _sweep_in(root, file)
-    _check_sweep(file, extra_args)
+    check_sweep(file, extra_args)
     client, url = _client(address)
     job_id = f"mtbert-{Path(relative).stem}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     _submit(client, url, entrypoint=entrypoint(relative, extra_args, tracking_uri, workdir,

@@ -25,10 +25,12 @@ import yaml
 
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
+from orchestration.run.stops import GROUP_SIGNALS
 from orchestration.sweep.claims import CLAIMS_FILE, from_doc, to_doc
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
 from orchestration.sweep.space import POINTS_TAG, values_of
-from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep, load_sweep
+from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep
 from orchestration.track.tm import __doc__ as TM_DOC
 from orchestration.track.tracking import RECORD_FILE, STORAGE_FULL, SweepTracking, check_tracking, git_commit
 
@@ -189,11 +191,6 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
 
         atexit.register(stop_local_ray)  # before Ray's own exit handler, which then has nothing to do
     return not address
-
-
-# The signals that end a whole process group or job step at once: SLURM's scancel and the end
-# of a job step (SIGTERM to every process of the step), a closing terminal (SIGHUP).
-GROUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @contextmanager
@@ -564,8 +561,8 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     sweep's parent run, which then holds the verdicts, leaderboard and summary of all its trials."""
     from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
     from orchestration.run.searcher import SweepSearcher
+    from orchestration.sweep.bounds import MAX_SEEDS
     from orchestration.sweep.claims import configurations
-    from orchestration.sweep.spec import MAX_SEEDS
 
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
@@ -788,7 +785,7 @@ def _memory_monitor_kill(exc: BaseException) -> str | None:
     `exc` (or an exception it was raised from) is; else None."""
     from ray.exceptions import OutOfMemoryError
 
-    from orchestration.run.callbacks import MEMORY_MONITOR, memory_monitor_line
+    from orchestration.run.stops import MEMORY_MONITOR, memory_monitor_line
 
     seen = set()
     while exc is not None and id(exc) not in seen:

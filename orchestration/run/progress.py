@@ -13,7 +13,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from orchestration.run.callbacks import error_line
+from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
 from orchestration.sweep.labels import fmt_rates, regime_label
 from orchestration.track.tracking import SweepTracking

@@ -246,13 +246,13 @@ def tracking_uri(given: str | None, workdir: Path) -> str:
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
-    from orchestration.run.jobs import _check_sweep
+    from orchestration.run.jobs import check_sweep
 
     file = Path(args.file)
     if not file.is_file():
         raise SweepError(f"{args.file}: sweep file not found")
     extra = _sweep_args(args)
-    _check_sweep(file, extra)  # a misspelled key is one line here, not a failed job in the queue
+    check_sweep(file, extra)  # a misspelled key is one line here, not a failed job in the queue
     workdir = Path(args.workdir or ".").resolve()
     job = SlurmJob(file=str(file.resolve()), workdir=str(workdir), sweep_name=args.name or file.stem,
                    nodes=args.nodes, cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node,

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
+from orchestration.sweep.bounds import MAX_CLAIMS, MAX_SEEDS
 from orchestration.sweep.labels import YARDSTICKS
 
 RELATIONS = (">", "<", "≈")
@@ -186,8 +187,6 @@ def parse_claims(raw: Any, where: str, experiment: str | None) -> list[Claim]:
     if not isinstance(raw, list):
         raise SweepError(f"{where}: claims: expected a list of claims (each a mapping with "
                          f"{', '.join(REQUIRED)}), got {raw!r}")
-    from orchestration.sweep.spec import MAX_CLAIMS
-
     if len(raw) > MAX_CLAIMS:
         raise SweepError(f"{where}: claims: {len(raw)} claims, over the bound of {MAX_CLAIMS}")
     claims, names = [], set()
@@ -291,8 +290,6 @@ def to_doc(claims: list[Claim], seeds: dict[str, Any]) -> str:
 
 
 def from_doc(text: str) -> list[Claim]:
-    from orchestration.sweep.spec import MAX_SEEDS
-
     out = []
     for item in json.loads(text).get("claims", []):
         looks = item.get("looks")
@@ -317,6 +314,7 @@ def read_claims(path: str | Path) -> list[Claim]:
     tracking = raw.get("tracking") if isinstance(raw.get("tracking"), dict) else {}
     experiment = tracking.get("experiment") or raw.get("name") or Path(path).stem
     claims = parse_claims(raw.get("claims"), str(path), str(experiment))
+    # Here, not at the top: the spec imports Ray and the config, seconds the report room need not pay.
     from orchestration.sweep.spec import parse_seeds, parse_verdicts
 
     _, adaptive = parse_seeds(raw.get("seeds"), str(path), base_seed=0)

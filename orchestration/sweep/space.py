@@ -21,6 +21,7 @@ from ray import tune
 
 from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
+from orchestration.sweep.bounds import MAX_CONFIGURATIONS
 
 SIMPLEX_SUM_TOLERANCE = 5e-3  # explicit weightings may be written rounded: 0.333 for 1/3
 SIMPLEX_DECIMALS = 4  # sampled weights are rounded so params and tables stay readable
@@ -379,8 +380,6 @@ def _parse_simplex(key: str, raw: dict, where: str, default_tasks: list[str]) ->
         step = _number(raw["step"], "step", where)
         if not 0 < step <= 1 or abs(1 / step - round(1 / step)) > 1e-6:
             raise SweepError(f"{where}.step: must divide 1 evenly (e.g. 0.25, 0.2), got {step}")
-        from orchestration.sweep.spec import MAX_CONFIGURATIONS
-
         count = lattice_size(len(tasks), step)
         if count > MAX_CONFIGURATIONS:
             raise SweepError(f"{where}.step: {step:g} over {len(tasks)} tasks is {count:,} weightings, over the "

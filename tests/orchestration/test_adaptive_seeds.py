@@ -24,8 +24,8 @@ from mlflow.tracking import MlflowClient
 from ray.tune.search import Searcher
 
 from orchestration.run.searcher import make_searcher
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 
 from .conftest import cli_env, descendants, run_cli, stop_pids, write_sweep
 

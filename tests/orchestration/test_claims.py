@@ -10,8 +10,8 @@ from mtbert.cli import main
 from orchestration.errors import SweepError
 from orchestration.report.findings import findings, logged_claims
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, read_claims, to_doc
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 
 from .conftest import new_experiment
 

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from mtbert.cli import main
 from orchestration.report.leaderboard import (LR_HEADER, MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, all_columns,
                                               build_table, child_runs, find_sweep, pareto_figure, sort_table, table_keys)
-from orchestration.sweep.spec import load_sweep
+from orchestration.sweep.load import load_sweep
 
 from .conftest import SWEEPS, write_sweep
 

@@ -16,8 +16,8 @@ from mtbert.cli import main
 from orchestration.paths import tool
 from orchestration.report import importance as imp
 from orchestration.report.leaderboard import build_table, child_runs, leaderboard, sort_table, table_keys
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 from orchestration.track.tracking import SweepTracking, check_tracking
 
 from .conftest import write_sweep

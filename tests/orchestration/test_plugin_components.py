@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.components import SAMPLERS, WEIGHTINGS
 from orchestration.errors import SweepError
-from orchestration.sweep.spec import load_sweep
+from orchestration.sweep.load import load_sweep
 
 from ..plugins import SAMPLING_PLUGIN, WEIGHTING_PLUGIN, installed
 from .conftest import run_cli, write_sweep

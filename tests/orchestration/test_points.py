@@ -14,9 +14,9 @@ from mlflow.tracking import MlflowClient
 from orchestration.errors import SweepError
 from orchestration.report import importance as imp
 from orchestration.sweep.claims import configurations, pick
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
 from orchestration.sweep.space import POINTS_TAG
-from orchestration.sweep.spec import load_sweep
 
 from .conftest import run_cli, write_sweep
 

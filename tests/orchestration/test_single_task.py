@@ -9,8 +9,8 @@ from mlflow.tracking import MlflowClient
 from mtbert import figures
 from mtbert.cli import main
 from mtbert.train.metrics import delta_m
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 from orchestration.track.tm import single_task_scores, trial_delta_m
 
 from .conftest import run_cli, write_sweep

@@ -7,8 +7,8 @@ import pytest
 
 from mtbert.cli import main
 from orchestration.errors import SweepError
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 
 from .conftest import SHARED, SWEEPS
 

@@ -13,7 +13,7 @@ import pytest
 from mtbert.config import build_config, merge
 from mtbert.train.loop import train
 from orchestration.report.leaderboard import build_table, cost_axis, render, sort_table, tm_column
-from orchestration.sweep.spec import load_sweep
+from orchestration.sweep.load import load_sweep
 from orchestration.track.tm import time_basis, trial_tm
 
 from .conftest import TINY_BASE, stop_pids

@@ -19,8 +19,8 @@ from orchestration.run.launch import _runs_view
 from orchestration.track.view import save_runs_view
 from orchestration.report.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
                                       sort_table)
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 from orchestration.track.tm import time_basis
 from orchestration.track.tracking import SweepTracking, check_tracking, final_figures
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
-from orchestration.sweep.spec import load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "sweeps"
