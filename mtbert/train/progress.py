@@ -17,10 +17,22 @@ import time
 from typing import TextIO
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """`07:05`, `1:02:03`: a duration as the progress lines show it."""
     minutes, secs = divmod(max(int(seconds), 0), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+_clock = clock
+
+
+def time_left(done: float, total: float, elapsed_s: float) -> float | None:
+    """Seconds until `total` at the rate so far (`done` in `elapsed_s`); None while nothing is
+    done, as no rate is known yet."""
+    if done <= 0 or elapsed_s <= 0:
+        return None
+    return max(total - done, 0) * elapsed_s / done
 
 
 class ProgressBar:
