@@ -78,7 +78,7 @@ def model_uri(ref: str, tracking_uri: str) -> str:
 def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
                    log: Callable[[str], None] = print) -> Path:
     """A local bundle folder for `ref`: the folder itself, or the logged model's bundle
-    artifact, downloaded once per model it names (see _cache_entry) and read from the cache
+    artifact, downloaded once per model it names (see _pinned) and read from the cache
     after that."""
     if Path(ref).exists():
         return Path(ref)
@@ -96,23 +96,31 @@ def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
         log(f"model: the cache {folder} is incomplete: downloading again")
         shutil.rmtree(folder)
     log(f"model: downloading {fetch} into the cache {folder}")
-    # Into a side folder first, renamed when whole: an interrupted download never looks cached.
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    # Into a side folder of its own first, renamed when whole: an interrupted download never
+    # looks cached, and two commands fetching the same model at once do not mix their files.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
+    partial.chmod(folder.parent.stat().st_mode & 0o777)  # the cache's own access, not mkdtemp's owner-only
     try:
-        # models:/ URIs resolve through the process-wide store, whatever tracking_uri= says.
-        with fluent_tracking_uri(tracking_uri), download_bars():
-            mlflow.artifacts.download_artifacts(artifact_uri=fetch, dst_path=str(partial))
-    except MlflowException as exc:
+        try:
+            # models:/ URIs resolve through the process-wide store, whatever tracking_uri= says.
+            with fluent_tracking_uri(tracking_uri), download_bars():
+                mlflow.artifacts.download_artifacts(artifact_uri=fetch, dst_path=str(partial))
+        except MlflowException as exc:
+            raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
+        bundle = _bundle_in(partial)
+        if bundle is None:
+            raise SweepError(f"--model {ref}: {uri} is not an mtbert model (no bundle artifact inside)")
+        sizes = {str(f.relative_to(partial)): f.stat().st_size for f in sorted(partial.rglob("*")) if f.is_file()}
+        (partial / COMPLETE).write_text(json.dumps({"source": source, "files": sizes}, indent=1))
+        try:
+            partial.rename(folder)
+        except OSError:  # another command finished the same download first: its copy is used
+            if _complete(folder) is None:
+                raise
+    finally:
         shutil.rmtree(partial, ignore_errors=True)
-        raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
-    if _bundle_in(partial) is None:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise SweepError(f"--model {ref}: {uri} is not an mtbert model (no bundle artifact inside)")
-    sizes = {str(f.relative_to(partial)): f.stat().st_size for f in sorted(partial.rglob("*")) if f.is_file()}
-    (partial / COMPLETE).write_text(json.dumps({"source": source, "files": sizes}, indent=1))
-    partial.rename(folder)
-    return _bundle_in(folder)
+    return folder / bundle.relative_to(partial)
 
 
 COMPLETE = "mtbert-download.json"  # written last: the files of a whole download and their sizes
