@@ -24,9 +24,6 @@ def clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
-_clock = clock
-
-
 def time_left(done: float, total: float, elapsed_s: float) -> float | None:
     """Seconds until `total` at the rate so far (`done` in `elapsed_s`); None while nothing is
     done, as no rate is known yet."""
@@ -70,7 +67,7 @@ class ProgressBar:
         filled = int(self.width * step / max(steps, 1))
         bar = "#" * filled + "-" * (self.width - filled)
         line = (f"epoch {epoch}/{self.epochs} [{bar}] step {step}/{steps} loss {loss:.4f} "
-                f"{seqs / elapsed:.0f} seq/s ETA {_clock(eta)}")
+                f"{seqs / elapsed:.0f} seq/s ETA {clock(eta)}")
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
         self._shown = True
