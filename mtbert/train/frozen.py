@@ -32,6 +32,7 @@ from mtbert.data.tokenize import TaskDataset, collate, padded_positions
 from mtbert.data.types import Batch
 from mtbert.model.bert import additive_mask
 from mtbert.model.multitask import MultitaskModel, Packed
+from mtbert.train.progress import time_left
 
 CACHE_VERSION = 1
 
@@ -120,6 +121,10 @@ class BuildProgress:
     def add(self, n: int, computed: bool) -> None:
         self.done += n
         if not computed:
+            if self.computed == 0:
+                # The clock starts where computing does: sides read from the cache before it
+                # take no compute, and counting their time would understate the rate.
+                self.t0 = self.last = time.perf_counter()
             return
         if self.computed == 0:
             self.log(f"frozen layers: computing up to {self.total - self.done + n:,} sequences once "
@@ -128,10 +133,16 @@ class BuildProgress:
         now = time.perf_counter()
         if now - self.last >= self.every and self.done < self.total:
             self.last = now
-            rate = self.computed / max(now - self.t0, 1e-9)
-            left = (self.total - self.done) / max(rate, 1e-9)
-            self.log(f"frozen layers: {self.done:,} of {self.total:,} sequences ({self.done / self.total:.0%}), "
-                     f"{rate:,.0f} seq/s, about {int(left // 60)}m{int(left % 60):02d}s left")
+            self.log(self.line(now - self.t0))
+
+    def line(self, elapsed_s: float) -> str:
+        """The progress line after `elapsed_s` of computing. What is left is taken at the
+        computed rate, sides the cache may still hold included: an upper bound."""
+        rate = self.computed / max(elapsed_s, 1e-9)
+        left = time_left(self.computed, self.computed + self.total - self.done, elapsed_s)
+        eta = f"about {int(left // 60)}m{int(left % 60):02d}s left" if left is not None else "time left unknown"
+        return (f"frozen layers: {self.done:,} of {self.total:,} sequences ({self.done / self.total:.0%}), "
+                f"{rate:,.0f} seq/s, {eta}")
 
 
 @torch.no_grad()

@@ -17,10 +17,19 @@ import time
 from typing import TextIO
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """`07:05`, `1:02:03`: a duration as the progress lines show it."""
     minutes, secs = divmod(max(int(seconds), 0), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def time_left(done: float, total: float, elapsed_s: float) -> float | None:
+    """Seconds until `total` at the rate so far (`done` in `elapsed_s`); None while nothing is
+    done, as no rate is known yet."""
+    if done <= 0 or elapsed_s <= 0:
+        return None
+    return max(total - done, 0) * elapsed_s / done
 
 
 class ProgressBar:
@@ -58,7 +67,7 @@ class ProgressBar:
         filled = int(self.width * step / max(steps, 1))
         bar = "#" * filled + "-" * (self.width - filled)
         line = (f"epoch {epoch}/{self.epochs} [{bar}] step {step}/{steps} loss {loss:.4f} "
-                f"{seqs / elapsed:.0f} seq/s ETA {_clock(eta)}")
+                f"{seqs / elapsed:.0f} seq/s ETA {clock(eta)}")
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
         self._shown = True

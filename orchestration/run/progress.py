@@ -6,6 +6,7 @@ Job's log (jobs.py), so their wording is an interface.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from mtbert.train.progress import clock
 from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
 from orchestration.sweep.labels import fmt_rates, regime_label
@@ -37,14 +39,34 @@ def describe(config: dict[str, Any]) -> str:
     return f"{label} lr={fmt_rates(flat)}"
 
 
+def sweep_time_left(durations: list[float], running_for: list[float], pending: int, slots: int) -> float | None:
+    """Seconds until the sweep's last trial ends: each trial takes the mean of the finished
+    ones' `durations` (a running one what it lacks of that, `running_for` it has run), and
+    the pending ones start as slots free up, `slots` trials at a time. None before a trial
+    has finished, as nothing tells how long one takes yet."""
+    if not durations:
+        return None
+    mean = sum(durations) / len(durations)
+    # When each slot frees up: the running trials' ends, then now for an idle slot. A trial
+    # past the mean is taken to end now: that is all the mean can say of it.
+    free = sorted(max(mean - t, 0.0) for t in running_for)[:max(slots, 1)]
+    free += [0.0] * (max(slots, 1) - len(free))
+    heapq.heapify(free)
+    for _ in range(pending):
+        heapq.heappush(free, heapq.heappop(free) + mean)
+    return max(free)
+
+
 class ProgressPrinter(Callback):
     """A line per finished / stopped / failed trial and a status line at most every
-    `interval_s`: trials running/finished/stopped/failed/pending, best so far, elapsed."""
+    `interval_s`: trials running/finished/stopped/failed/pending, the time left (see
+    sweep_time_left), best so far, elapsed.
+    `max_concurrent`: the trials Tune runs at once; None takes the most seen running."""
 
     interval_s = 20.0
 
     def __init__(self, total: int, metric: str, mode: str, tracking: SweepTracking | None = None,
-                 upto: bool = False):
+                 upto: bool = False, max_concurrent: int | None = None):
         self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
         self.upto = upto  # adaptive seeds: `total` is the most it may run, not a plan
@@ -56,6 +78,10 @@ class ProgressPrinter(Callback):
         self._interrupted: set[str] = set()
         self._started: set[str] = set()  # trials started, and completed, under this driver
         self._completed: set[str] = set()
+        self.max_concurrent = max_concurrent
+        self._began: dict[str, float] = {}  # trial key -> when it started under this driver
+        self._durations: list[float] = []  # the trials finished under this driver, start to end
+        self._most_running = 0
 
     def interrupted(self) -> bool:
         tracking = getattr(self, "tracking", None)
@@ -65,6 +91,7 @@ class ProgressPrinter(Callback):
         self._t0 = time.monotonic()
         self._last = self._t0
         self._started, self._completed = set(), set()  # this driver's, also on a resume
+        self._began, self._durations, self._most_running = {}, [], 0
 
     def _print(self, text: str) -> None:
         print(f"[{_clock(time.monotonic() - self._t0)}] {text}", flush=True)
@@ -101,7 +128,24 @@ class ProgressPrinter(Callback):
         pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - counts["RUNNING"], 0)
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
                 f"{failed} failed, {pending} pending of {'up to ' if upto else ''}{self.total}"
-                + (f" ({interrupted} interrupted)" if interrupted else "") + f" | {self._best(trials)}")
+                + (f" ({interrupted} interrupted)" if interrupted else "")
+                + ("" if upto or stopping else self._time_left(trials, pending)) + f" | {self._best(trials)}")
+
+    def _time_left(self, trials: list, pending: int) -> str:
+        """`, about 12:40 left` (empty with nothing left, or nothing finished to time it by).
+        Not for adaptive seeds: how many trials they add is decided as they go."""
+        now = time.monotonic()
+        began = getattr(self, "_began", {})
+        running_for = [now - began[t.config["key"]] for t in trials
+                       if t.status == "RUNNING" and t.config["key"] in began]
+        running = sum(t.status == "RUNNING" for t in trials)
+        self._most_running = max(getattr(self, "_most_running", 0), running)
+        slots = getattr(self, "max_concurrent", None) or self._most_running
+        # A running trial this driver did not start (restored on a resume) has no start: it is
+        # counted as just started.
+        running_for += [0.0] * (running - len(running_for))
+        left = sweep_time_left(getattr(self, "_durations", []), running_for, pending, slots)
+        return f", about {clock(left)} left" if left is not None and (running or pending) else ""
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = time.monotonic()
@@ -113,6 +157,9 @@ class ProgressPrinter(Callback):
         if ended(trial):  # restored from a lagging Tune state: it does not run (trainable.py)
             return
         self._started = getattr(self, "_started", set()) | {trial.config["key"]}
+        if not hasattr(self, "_began"):  # a printer pickled before these existed
+            self._began, self._durations = {}, []
+        self._began.setdefault(trial.config["key"], time.monotonic())  # a retry keeps its first start
         self._print(f"start   {trial.config['key']:<14} {describe(trial.config)}")
 
     def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
@@ -129,6 +176,9 @@ class ProgressPrinter(Callback):
                 self._print(f"stopped {trial.config['key']:<14} interrupted at epoch {int(result.get('epoch', 0))}; "
                             "resume continues it")
             return
+        began = getattr(self, "_began", {}).get(trial.config["key"])
+        if began is not None:
+            self._durations.append(time.monotonic() - began)
         budget = trial.config["config"]["train"]["epochs"]
         epoch = int(result.get("epoch", 0))
         note = ""

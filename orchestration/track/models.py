@@ -16,15 +16,23 @@ Finding: what `mtbert predict --model` accepts besides a bundle folder.
     NAME                                  a registered model: its latest version
 
 A logged model carries the bundle as its `bundle` artifact; it is downloaded once into
-`<cache>/models/<digest of the URI and store>` and loaded from there like any bundle folder.
+`<cache>/models/<digest of the store and what the URI names>` and loaded from there like any
+bundle folder. A registry version or alias is keyed by the model version's source, so an alias
+moved to another version downloads that one; an entry whose files are missing or cut short is
+downloaded again.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pandas as pd  # at import: MLflow resolves MtbertModel.predict's hint in these globals
 
@@ -67,29 +75,106 @@ def model_uri(ref: str, tracking_uri: str) -> str:
     return f"models:/{ref}/{max(int(v.version) for v in versions)}"
 
 
-def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE) -> Path:
+def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
+                   log: Callable[[str], None] = print) -> Path:
     """A local bundle folder for `ref`: the folder itself, or the logged model's bundle
-    artifact, downloaded once."""
+    artifact, downloaded once per model it names (see _pinned) and read from the cache
+    after that."""
     if Path(ref).exists():
         return Path(ref)
     import mlflow
     from mlflow.exceptions import MlflowException
 
     uri = model_uri(ref, tracking_uri)
-    folder = cache / "models" / hashlib.blake2b(f"{tracking_uri}|{uri}".encode(), digest_size=12).hexdigest()
-    found = _bundle_in(folder)
+    source, fetch = _pinned(ref, uri, tracking_uri)
+    folder = cache / "models" / hashlib.blake2b(f"{tracking_uri}|{source}".encode(), digest_size=12).hexdigest()
+    found = _complete(folder)
     if found is not None:
+        log(f"model: {uri} read from the cache {folder}")
         return found
+    if folder.exists():  # an earlier download cut short, or a file since changed: fetched again
+        log(f"model: the cache {folder} is incomplete: downloading again")
+        shutil.rmtree(folder)
+    log(f"model: downloading {fetch} into the cache {folder}")
+    # Into a side folder of its own first, renamed when whole: an interrupted download never
+    # looks cached, and two commands fetching the same model at once do not mix their files.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=folder.name + ".partial-", dir=folder.parent))
+    partial.chmod(folder.parent.stat().st_mode & 0o777)  # the cache's own access, not mkdtemp's owner-only
     try:
-        # models:/ URIs resolve through the process-wide store, whatever tracking_uri= says.
-        with fluent_tracking_uri(tracking_uri):
-            mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(folder))
+        try:
+            # models:/ URIs resolve through the process-wide store, whatever tracking_uri= says.
+            with fluent_tracking_uri(tracking_uri), download_bars():
+                mlflow.artifacts.download_artifacts(artifact_uri=fetch, dst_path=str(partial))
+        except MlflowException as exc:
+            raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
+        bundle = _bundle_in(partial)
+        if bundle is None:
+            raise SweepError(f"--model {ref}: {uri} is not an mtbert model (no bundle artifact inside)")
+        sizes = {str(f.relative_to(partial)): f.stat().st_size for f in sorted(partial.rglob("*")) if f.is_file()}
+        (partial / COMPLETE).write_text(json.dumps({"source": source, "files": sizes}, indent=1))
+        try:
+            partial.rename(folder)
+        except OSError:  # another command finished the same download first: its copy is used
+            if _complete(folder) is None:
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder / bundle.relative_to(partial)
+
+
+COMPLETE = "mtbert-download.json"  # written last: the files of a whole download and their sizes
+
+
+def _pinned(ref: str, uri: str, tracking_uri: str) -> tuple[str, str]:
+    """(what `uri` names now, a URI that downloads exactly that). A registry version or alias
+    is pinned to the model version's source, so the cache follows the registry: an alias
+    moved, or a model registered again under the same name, is another entry. Other URIs (a
+    model id, runs:/) name one thing for good and are their own key."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    m = re.fullmatch(r"models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[^/]+))", uri)
+    if m is None:
+        return uri, uri
+    client = MlflowClient(tracking_uri)
+    try:
+        version = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
+                   else client.get_model_version(m["name"], m["version"]))
     except MlflowException as exc:
         raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
-    found = _bundle_in(folder)
-    if found is None:
-        raise SweepError(f"--model {ref}: {uri} is not an mtbert model (no bundle artifact inside)")
-    return found
+    return f"{version.source}|{version.run_id}", f"models:/{m['name']}/{version.version}"
+
+
+def _complete(folder: Path) -> Path | None:
+    """The bundle of a cache entry whose files are all there at their downloaded sizes, else None."""
+    try:
+        files = json.loads((folder / COMPLETE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for name, size in files.items():
+        f = folder / name
+        if not f.is_file() or f.stat().st_size != size:
+            return None
+    return _bundle_in(folder)
+
+
+@contextmanager
+def download_bars() -> Iterator[None]:
+    """MLflow draws a progress bar per downloaded file: kept on a terminal, off where the
+    console is a log or a pipe (a bar's every redraw becomes a line there). A setting the user
+    made in MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR wins."""
+    if NO_BAR in os.environ or (sys.stdout.isatty() and sys.stderr.isatty()):
+        yield
+        return
+    os.environ[NO_BAR] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(NO_BAR, None)
+
+
+NO_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def _bundle_in(folder: Path) -> Path | None:
@@ -143,7 +228,6 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
     self-contained (mtbert/bundle.py): a logged model is what leaves the machine, to places
     where the pretrained model it names may not be."""
     import logging
-    import shutil
     import warnings
 
     import mlflow
@@ -163,7 +247,7 @@ def log_bundle(uri: str, run_id: str, bundle_dir: str | Path, register_as: str |
             # download bars, would fill the sweep's console; the model is checked by loading it.
             warnings.simplefilter("ignore")
             quiet.setLevel(logging.ERROR)
-            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+            os.environ.setdefault(NO_BAR, "false")
             # The code that defines the model travels with it, so it loads where mtbert is not
             # installed; compiled caches stay behind.
             code = Path(tmp) / "mtbert"

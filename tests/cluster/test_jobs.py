@@ -125,7 +125,7 @@ sweep smoke-20260101-120000: 4 trials (1 baseline), random search, asha schedule
 experiment 'smoke-smoke' (--smoke: apart from 'smoke') parent run 0123 | Ray storage /shared/work/runs/smoke-20260101-120000
 [ 0:02] start   baseline-s0    I-I-I k=all lr=1.0e-03
 [ 0:20] 1 running, 0 finished, 0 stopped early, 0 failed, 3 pending of 4 | best: none yet
-[ 0:41] 2 running, 1 finished, 0 stopped early, 0 failed, 1 pending of 4 | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)
+[ 0:41] 2 running, 1 finished, 0 stopped early, 0 failed, 1 pending of 4, about 00:35 left | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)
 (pid=123) some trial output
 """
 
@@ -134,8 +134,9 @@ def test_progress_is_read_from_the_drivers_log() -> None:
     found = jobs.sweep_progress(SWEEP_LOG)
     assert found.name == "smoke-20260101-120000"
     assert found.run_dir == "/shared/work/runs/smoke-20260101-120000"
+    # The time left travels with the counts: `sweep status` shows it too.
     assert (found.clock, found.counts) == ("0:41", "2 running, 1 finished, 0 stopped early, 0 failed, 1 pending "
-                                                   "of 4 | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)")
+                                                   "of 4, about 00:35 left | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)")
     assert found.ended is None
     ended = jobs.sweep_progress(SWEEP_LOG + "sweep smoke-20260101-120000 FINISHED in 1m02s: 4 trials, 4 finished "
                                 "(0 stopped early), 0 failed; best overall 0.4200 (p001-s0)\n")

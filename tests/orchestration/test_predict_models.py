@@ -78,3 +78,45 @@ def test_unknown_model_name_is_one_line(logged, tmp_path, monkeypatch, capsys):
     assert main(["predict", "--model", "no-such-model", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
     assert "no-such-model" in err and "registered model" in err and len(err.strip().splitlines()) == 1
+
+
+def _cached_files(folder):
+    return {f: f.stat().st_ino for f in (folder / ".mtbert_cache" / "models").rglob("model.pt")}
+
+
+def test_a_registry_version_is_downloaded_once_and_a_broken_entry_again(logged, tmp_path, monkeypatch, capsys):
+    root, uri, _, _, _ = logged
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    version = max(int(v.version) for v in MlflowClient(uri).search_model_versions("name = 'sst-para-sts'"))
+    MlflowClient(uri).set_registered_model_alias("sst-para-sts", "champion", str(version))
+
+    def predict(ref, out):
+        assert _predict(root, "--model", ref, "--tracking-uri", uri, "--output", str(tmp_path / out)) == 0
+        return (tmp_path / out / "scores-dev.json").read_text(), capsys.readouterr()
+
+    first, said = predict(f"models:/sst-para-sts/{version}", "first")
+    assert "model: downloading models:/sst-para-sts/" in said.out
+    # The console is no terminal here: no download bar drawn into it.
+    assert "Downloading artifacts" not in said.err and "%|" not in said.err
+    downloaded = _cached_files(tmp_path)
+    assert len(downloaded) == 1
+    # The alias names the same version: one cache entry for both, not a second download.
+    second, said = predict("models:/sst-para-sts@champion", "second")
+    assert "read from the cache" in said.out and "downloading" not in said.out
+    assert _cached_files(tmp_path) == downloaded and second == first
+
+    # A download cut short (a file truncated) is no cache: it is fetched again, whole.
+    (model_pt,) = downloaded
+    model_pt.write_bytes(model_pt.read_bytes()[:1000])
+    third, said = predict(f"models:/sst-para-sts/{version}", "third")
+    assert "is incomplete: downloading again" in said.out
+    assert third == first and model_pt.stat().st_size > 1000
+
+
+def test_an_unknown_alias_is_one_line(logged, tmp_path, monkeypatch, capsys):
+    root, uri, _, _, _ = logged
+    monkeypatch.chdir(tmp_path)
+    assert _predict(root, "--model", "models:/sst-para-sts@nobody", "--tracking-uri", uri) == 2
+    err = capsys.readouterr().err
+    assert "models:/sst-para-sts@nobody" in err and len(err.strip().splitlines()) == 1

@@ -239,3 +239,12 @@ def test_the_frozen_cache_build_says_how_far_it_is_its_rate_and_the_time_left(tm
     lines.clear()  # built: a second cache reads it, in silence but for its one line
     FrozenCache(model, splits, 0, torch.device("cpu"), nullcontext, "fp32", tmp_path / "c", lines.append)
     assert len(lines) == 1 and "read from the cache" in lines[0]
+
+
+def test_the_frozen_cache_line_prices_what_is_left_at_the_computed_rate():
+    from mtbert.train.frozen import BuildProgress
+
+    progress = BuildProgress(1000, lambda _m: None)
+    progress.add(200, computed=False)  # read from the cache: no compute, not in the rate
+    progress.add(300, computed=True)
+    assert progress.line(10.0) == "frozen layers: 500 of 1,000 sequences (50%), 30 seq/s, about 0m16s left"

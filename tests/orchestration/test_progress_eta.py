@@ -1,0 +1,62 @@
+"""The time left on the sweep's status line: finished trials' mean duration, the running
+trials' remainder of it, and the pending ones `max_concurrent` at a time."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from ray.tune.experiment import Trial
+
+from mtbert.train.progress import clock, time_left
+from orchestration.run.progress import ProgressPrinter, sweep_time_left
+
+
+def test_nothing_finished_is_no_estimate():
+    assert sweep_time_left([], [10.0], pending=3, slots=2) is None
+    assert time_left(0, 100, 5.0) is None
+
+
+def test_pending_trials_wait_for_a_slot():
+    # Mean 100 s. Two slots: the running trial ends in 70 s, the idle slot takes a pending
+    # one now (ends at 100), the running trial's slot the next (70 + 100).
+    assert sweep_time_left([80.0, 120.0], [30.0], pending=2, slots=2) == pytest.approx(170.0)
+    # One slot: everything in a row.
+    assert sweep_time_left([100.0], [30.0], pending=2, slots=1) == pytest.approx(270.0)
+    # Enough slots for all: one trial's length.
+    assert sweep_time_left([100.0], [], pending=4, slots=8) == pytest.approx(100.0)
+    # A running trial past the mean is taken to end now; nothing left is no time.
+    assert sweep_time_left([100.0], [150.0], pending=0, slots=1) == 0.0
+
+
+def test_time_left_at_the_rate_so_far():
+    assert time_left(250, 1000, 10.0) == pytest.approx(30.0)
+    assert time_left(1000, 1000, 10.0) == 0.0
+    assert clock(3 * 3600 + 65) == "3:01:05" and clock(65) == "01:05"
+
+
+def _trial(key: str, status: str) -> Trial:
+    trial = Trial("fn", config={"key": key, "role": "reference", "config": {"train": {"epochs": 1}}}, stub=True)
+    trial.set_status(status)
+    return trial
+
+
+def test_the_status_line_says_the_time_left(capsys):
+    printer = ProgressPrinter(total=4, metric="best_overall", mode="max", max_concurrent=2)
+    printer.setup()
+    first, second = _trial("a-s0", Trial.RUNNING), _trial("b-s0", Trial.RUNNING)
+    for trial in (first, second):
+        printer.on_trial_start(0, [first, second], trial)
+    line = printer.status([first, second])
+    assert "pending of 4 | best" in line  # nothing finished: no estimate yet
+    # The first ran 120 s; the second has run 30 s of it and two are pending: the idle slot
+    # runs one (120 s), the second's slot the other after its 90 s (210 s).
+    printer._began["a-s0"] -= 120
+    printer._began["b-s0"] -= 30
+    first.run_metadata.last_result = {"done": True, "epoch": 1, "best_overall": 0.5}
+    first.set_status(Trial.TERMINATED)
+    printer.on_trial_complete(0, [first, second], first)
+    line = printer.status([first, second])
+    assert re.search(r"1 running, 1 finished, 0 stopped early, 0 failed, 2 pending of 4, about 03:(29|30) left "
+                     r"\| best best_overall 0.5000", line), line
+    second.set_status(Trial.TERMINATED)
+    assert "left" not in printer.status([first, second] + [_trial(k, Trial.TERMINATED) for k in ("c", "d")])
