@@ -318,16 +318,13 @@ def _submitted(client, url: str, job_id: str, follow: bool, out: TextIO | None) 
         raise
     state = _wait_terminal(client, url, job_id)
     if state.status != "SUCCEEDED":
-        raise JobFailed(f"job {job_id} {state.status}: {_failure_line(state, _logs(client, job_id))}")
+        try:
+            logs = _logs(client, url, job_id)
+        except JobError:  # the failure itself is reported either way
+            logs = ""
+        raise JobFailed(f"job {job_id} {state.status}: {_failure_line(state, logs)}")
     return job_id
 
-
-def _logs(client, job_id: str) -> str:
-    """The job's log as the dashboard holds it now; '' where it cannot say."""
-    try:
-        return client.get_job_logs(job_id)
-    except Exception:  # noqa: BLE001 - the failure itself is reported either way
-        return ""
 
 
 # --------------------------------------------------------------------------- progress, resume
