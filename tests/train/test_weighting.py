@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mtbert.config import ConfigError, build_config
-from mtbert.train.pcgrad import pcgrad_backward
+from mtbert.train.weighting.pcgrad import pcgrad_backward
 from mtbert.train.weighting import WEIGHTINGS, make_weighting
 from mtbert.train.weighting.cagrad import cagrad_coefficients
 from mtbert.train.weighting.dwa import DWA
