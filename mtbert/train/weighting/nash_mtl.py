@@ -56,4 +56,4 @@ class NashMTL(TorchJDWeighting):
         if "alpha" in state:
             # A fresh solver (its problem is built at its first call) warm-started from the saved alpha.
             self.solver = self.make_weighting()
-            self.solver.prvs_alpha = state["alpha"].cpu().numpy().astype(self.solver.prvs_alpha.dtype)
+            self.solver.prvs_alpha = state["alpha"].cpu().numpy().copy()  # its dtype as saved (float64 after a solve)
