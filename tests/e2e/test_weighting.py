@@ -83,6 +83,29 @@ def test_famo_resumes_to_the_digit(tmp_path):
         assert resumed.epochs[-1][key] == full.epochs[-1][key], key
 
 
+# The methods from TorchJD, plus mtbert's own per-task gradient methods they sit beside.
+GRADIENT_METHODS = ["upgrad", "nash_mtl", "aligned_mtl", "imtl_g", "mgda", "dualproj", "pcgrad", "cagrad"]
+
+
+@pytest.mark.parametrize("method", GRADIENT_METHODS)
+def test_a_gradient_method_resumes_to_the_digit(method, tmp_path):
+    """Two epochs, and a run resumed from the first's checkpoint: the second epoch's losses,
+    weights, scores and counted FLOPs are the whole run's exactly (any solver state, PCGrad's
+    generator or Nash-MTL's last alpha, rides the checkpoint)."""
+    cfg = build_config({}, {**QUICK, "loss.weighting": method, "train.save_checkpoint": True, "train.epochs": 2,
+                            "sampling.steps_per_epoch": 6, "data.cache_dir": str(tmp_path / "cache")})
+    saved = {}
+
+    def reporter(metrics, ckpt):
+        saved[metrics["epoch"]] = shutil.copytree(ckpt, tmp_path / f"ckpt{metrics['epoch']}")
+
+    full = train(cfg, reporter=reporter, log=None)
+    resumed = train(cfg, resume_from=saved[1], log=None)
+    for key in ("loss_sst", "loss_para", "loss_sts", "weight_sst", "weight_para", "weight_sts", "overall",
+                "train_flops"):
+        assert resumed.epochs[-1][key] == full.epochs[-1][key], key
+
+
 PLUGIN = '''
     """A made-up weighting method: every task at half weight."""
     import torch
