@@ -24,7 +24,7 @@ import torch
 from mtbert.config import build_config
 from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
-from mtbert.model.multitask import MultitaskModel, pack
+from mtbert.model.multitask import MultitaskModel
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
 from mtbert.train.weighting import WEIGHTINGS, make_weighting
 

@@ -88,7 +88,7 @@ class Weighting:
 class StepCost:
     """What a step of a gradient method costs beyond a plain backward of the weighted sum: the
     trial's compute (train_flops) counts it (Weighting.extra_flops)."""
-    extra_backward: int = 0  # backward passes through the trainable shared layers beyond the one
+    extra_backward: int = 0  # backward passes through the trainable shared layers beyond a plain step's one
     solve_flops: int = 0  # the P-sized arithmetic on the per-task gradients (Gram matrix, combination)
 
 
@@ -221,10 +221,6 @@ class GradientWeighting(Weighting):
         """a_i of each task's gradient (a T-vector on the gradients' device)."""
         raise NotImplementedError
 
-    def reported_weights(self, coefficients: torch.Tensor, tasks: list[str]) -> torch.Tensor:
-        """The effective weight of each task the run reports (weight_<task>): a_i by default."""
-        return coefficients
-
     def backward(self, losses, shared):
         tasks = list(losses)
         grads = task_gradients(list(losses.values()), shared, self.other_weights(tasks))
@@ -234,7 +230,7 @@ class GradientWeighting(Weighting):
         coefficients = self.coefficients(grads, tasks)
         grads.apply(coefficients)
         self.last_cost = self.cost(grads)
-        return dict(zip(tasks, self.reported_weights(coefficients, tasks)))
+        return dict(zip(tasks, coefficients))  # weight_<task>: a_i
 
     def cost(self, grads: TaskGradients) -> StepCost:
         """T - 1 extra passes, and the Gram matrix and the combination; a method whose solve
