@@ -10,6 +10,7 @@ it forms the Gram matrix again (counted) and, with max_norm, the step's norm.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,11 @@ class NashMTL(TorchJDWeighting):
         return aggregator.weighting  # the per-task gradients -> alpha
 
     def coefficients(self, grads: TaskGradients, tasks: list[str]) -> torch.Tensor:
-        return self.solver(grads.flat).to(device=grads.flat.device, dtype=grads.flat.dtype)
+        with warnings.catch_warnings():
+            # cvxpy says at every step that this problem recompiles (it is not DPP): known, once is enough.
+            warnings.filterwarnings("ignore", message="You are solving a parameterized problem that is not DPP")
+            alpha = self.solver(grads.flat)
+        return alpha.to(device=grads.flat.device, dtype=grads.flat.dtype)
 
     def cost(self, grads: TaskGradients) -> StepCost:
         cost = super().cost(grads)
