@@ -373,3 +373,13 @@ def test_a_missing_solver_package_is_one_line_at_load(monkeypatch):
                                           r"which are not installed; pip install 'torchjd\[nash-mtl\]'") as err:
         build_config({}, {**TUPLE, "loss.weighting": "nash_mtl"})
     assert "\n" not in str(err.value)
+
+
+def test_the_labels_know_which_methods_read_fixed_weights():
+    """orchestration's weights column names them without importing the methods (no torch)."""
+    from orchestration.sweep.labels import FIXED_WEIGHT_READERS, fmt_weighting
+
+    assert sorted(FIXED_WEIGHT_READERS) == sorted(n for n, c in WEIGHTINGS.items() if c.uses_fixed_weights
+                                                  and n != "static")
+    assert fmt_weighting("upgrad", {"sst": 0.25, "sts": 0.75}, TASKS).startswith("upgrad [")
+    assert fmt_weighting("mgda", None, TASKS) == "mgda"
