@@ -17,7 +17,8 @@ OUT=${1:-.gpu/site.tar.xz}
 PY=${PY:-.venv/bin/python}
 # Pin what runs here, so the GPU run uses the versions the test suite passed with.
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
-WANT="ray[tune]==$(version ray) mlflow==$(version mlflow) optuna==$(version optuna)"
+WANT="ray[tune]==$(version ray) mlflow==$(version mlflow) optuna==$(version optuna)
+torchjd[quadprog-projector]==$(version torchjd)"
 # What the CUDA image's Python already has (its PyTorch stack): installing a second copy would
 # shadow it, and numpy or protobuf built for another version can break torch's own imports.
 PROVIDED=${PROVIDED:-"aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs certifi charset-normalizer

@@ -34,6 +34,36 @@ WEIGHTING_PLUGIN = textwrap.dedent('''
     register_weighting(Scaled)
 ''')
 
+# A method on per-task gradients from outside the package: GradientWeighting gathers them and
+# counts their cost, the plug-in gives only its coefficients (from their Gram matrix).
+GRADIENT_PLUGIN = textwrap.dedent('''
+    from dataclasses import dataclass
+
+    import torch
+
+    from mtbert.components import require
+    from mtbert.train.weighting import GradientWeighting, register_weighting
+
+
+    class UnitNorm(GradientWeighting):
+        """Each task's shared gradient scaled to norm `scale` / T."""
+        name = "unit_norm"
+
+        @dataclass
+        class Settings(GradientWeighting.Settings):
+            scale: float = 1.0
+
+            def check(self, key):
+                require(self.scale > 0, f"{key}.scale: must be > 0, got {self.scale}")
+
+        def coefficients(self, grads, tasks):
+            norms = grads.gram().diagonal().sqrt().clamp_min(1e-12)
+            return self.settings.scale / len(tasks) / norms
+
+
+    register_weighting(UnitNorm)
+''')
+
 SAMPLING_PLUGIN = textwrap.dedent('''
     from dataclasses import dataclass
 

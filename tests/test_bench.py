@@ -142,3 +142,16 @@ def test_gpu_check_says_in_one_line_that_there_is_no_gpu(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "bench/gpu.sh: no CUDA device visible to python3's torch: nothing to check"], proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_weighting_bench_puts_each_method_beside_static():
+    out = run("weighting.py", "--methods", "pcgrad,upgrad,famo", "--steps", "1", "--rounds", "1",
+              "--solve-repeats", "2")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] and
+            line.split()[0] in ("static", "pcgrad", "upgrad", "famo")}
+    assert list(rows) == ["static", "pcgrad", "upgrad", "famo"], out
+    assert rows["static"][2] == "1.00x" and rows["static"][3] == "0", out
+    assert rows["pcgrad"][3] == rows["upgrad"][3] == "2" and rows["famo"][3] == "0", out  # 3 tasks: T - 1 passes
+    for label in ("pcgrad: mtbert", "pcgrad: TorchJD", "cagrad: mtbert (SLSQP)", "cagrad: TorchJD (cvxpy)"):
+        assert label in out, out

@@ -15,7 +15,7 @@ import pytest
 from mtbert.components import SAMPLERS, WEIGHTINGS
 from mtbert.config import ConfigError, build_config, flatten, resolve, to_dict, validate
 
-from .plugins import SAMPLING_PLUGIN, WEIGHTING_PLUGIN, installed
+from .plugins import GRADIENT_PLUGIN, SAMPLING_PLUGIN, WEIGHTING_PLUGIN, installed
 
 TUPLE = {"sampling.strategy": "tuple"}
 
@@ -176,6 +176,32 @@ def test_a_plugin_method_brings_its_settings(scaled_plugin):
     assert build_config(to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match=r"loss\.weighting\.scale: must be in \(0, 1\], got 2\.0"):
         build_config({"plugins": [scaled_plugin]}, {"loss.weighting": "scaled", "loss.weighting.scale": 2})
+
+
+@pytest.fixture
+def unit_norm_plugin(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with installed(tmp_path, "unit_norm_weighting", GRADIENT_PLUGIN, WEIGHTINGS, "unit_norm") as module:
+        yield module
+
+
+def test_a_gradient_method_from_outside_the_package_trains_with_its_setting(unit_norm_plugin, tmp_path):
+    """The plug-in gives its coefficients alone: the per-task gradients, the step and the cost
+    of the extra passes come from GradientWeighting."""
+    from mtbert.train.loop import train
+
+    quick = {"plugins": [unit_norm_plugin], "sampling.strategy": "tuple", "sampling.steps_per_epoch": 4,
+             "train.epochs": 1, "data.synthetic.train_size": 60, "data.synthetic.dev_size": 12,
+             "train.save_checkpoint": False, "data.cache_dir": str(tmp_path / "cache")}
+    with pytest.raises(ConfigError, match=r"loss\.weighting\.scale: must be > 0, got -1\.0"):
+        build_config({}, {**quick, "loss.weighting": "unit_norm", "loss.weighting.scale": -1})
+    with pytest.raises(ConfigError, match=r"loss\.weighting\.scael: not a setting of method unit_norm"):
+        build_config({}, {**quick, "loss.weighting": {"name": "unit_norm", "scael": 2}})
+    runs = {name: train(build_config({}, {**quick, "loss.weighting": name, **extra}), log=None).epochs[-1]
+            for name, extra in (("unit_norm", {"loss.weighting.scale": 2.0}), ("static", {}))}
+    assert all(runs["unit_norm"][f"weight_{t}"] > 0 for t in ("sst", "para", "sts"))
+    # Its two extra backward passes per step are in the trial's count.
+    assert runs["unit_norm"]["train_flops"] > 1.3 * runs["static"]["train_flops"]
 
 
 def test_config_and_the_methods_do_not_import_each_other():

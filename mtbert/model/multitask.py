@@ -409,6 +409,31 @@ class MultitaskModel(nn.Module):
         trainable_layers = self.num_layers - max(start, self.frozen_depth)
         return int(self.layer_params() * (2 * done + 4 * per_layer * trainable_layers)) + self.head_flops(packed)
 
+    def shared_positions(self, packed: Packed, device: torch.device) -> int:
+        """Positions one shared encoder layer computes for this step (every packed row, bucketed)."""
+        return sum(len(bucket) * width for bucket, width in packed.bucketed(range(len(packed.lengths)),
+                                                                             self._call_cost(device)))
+
+    def shared_backward_flops(self, packed: Packed, device: torch.device, start: int) -> int:
+        """Backward FLOPs of the trainable shared encoder layers for this step (4 x params per
+        position, over every packed row): what each extra backward pass of a method that takes
+        one gradient per task costs (mtbert/train/weighting/base.py). A task's loss reaches
+        every row there, since the rows run packed; its own layers and head only its rows."""
+        layers = max(0, self.k - max(start, self.frozen_depth))
+        return 4 * self.layer_params() * self.shared_positions(packed, device) * layers if layers else 0
+
+    def private_backward_flops(self, packed: Packed, device: torch.device, start: int) -> int:
+        """Backward FLOPs of the tasks' own trainable encoder layers for this step, each over its
+        task's rows (4 x params per position)."""
+        first = max(start, self.k, self.frozen_depth)
+        layers = max(0, self.num_layers - first)
+        if not layers:
+            return 0
+        cost = self._call_cost(device)
+        positions = sum(len(bucket) * width for parts in _by_task(packed).values()
+                        for bucket, width in packed.bucketed(range(parts[0][1], parts[-1][2]), cost))
+        return 4 * self.layer_params() * positions * layers
+
     def head_flops(self, packed: Packed) -> int:
         """FLOPs of everything above the encoder for one step's examples, all of it trainable:
         6 x params per example for a task's pair projection and head layers, per side for its

@@ -333,7 +333,8 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
                 pad_tokens += done - real
                 all_tokens += done
                 real_tokens += sum(packed.lengths)
-                flops += model.step_flops(packed, device, start)
+                # A gradient method's extra backward passes and solve count too (weighting/base.py).
+                flops += model.step_flops(packed, device, start) + weighting.extra_flops(model, packed, device, start)
                 for b, raw in zip(batches, raws):
                     i = cfg.tasks.index(b.task)
                     loss_sum[i] += raw

@@ -76,9 +76,14 @@ def fmt_weights(weights: Any, tasks: list[str]) -> str:
     return "[" + " ".join(f"{float(weights.get(t, 0.0)):.2f}".lstrip("0") or "0" for t in tasks) + "]"
 
 
+# The weighting methods that read loss.weights (their Weighting.uses_fixed_weights; named here so
+# that reading a sweep's labels imports no torch): PCGrad's fixed weights, TorchJD's preference.
+FIXED_WEIGHT_READERS = ("pcgrad", "upgrad", "dualproj", "aligned_mtl")
+
+
 def fmt_weighting(method: Any, weights: Any, tasks: list[str], pcgrad: Any = None) -> str:
-    """The weights column: fixed weights as fmt_weights, `pcgrad` (with its fixed weights
-    when not equal), or the name of a method that sets its own weights. Runs from before
+    """The weights column: fixed weights as fmt_weights, `pcgrad` or another method that reads
+    them (with its fixed weights when not equal), or the name of a method that sets its own weights. Runs from before
     `loss.weighting` existed read it from `loss.pcgrad`."""
     method = parse_param(method)
     if not isinstance(method, str) or not method:
@@ -86,8 +91,8 @@ def fmt_weighting(method: Any, weights: Any, tasks: list[str], pcgrad: Any = Non
     fixed = fmt_weights(weights, tasks)
     if method == "static":
         return fixed
-    if method == "pcgrad":
-        return "pcgrad" if fixed == "equal" else f"pcgrad {fixed}"
+    if method in FIXED_WEIGHT_READERS:
+        return method if fixed == "equal" else f"{method} {fixed}"
     return method
 
 

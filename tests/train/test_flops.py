@@ -4,6 +4,9 @@ frozen layers' forward once per training sequence, and 6 x params per example in
 so that a head-only configuration costs something and its TM-relative (compute) is defined."""
 from __future__ import annotations
 
+import contextlib
+
+import pytest
 import torch
 
 from mtbert.config import build_config
@@ -107,3 +110,45 @@ def test_a_head_only_run_counts_the_frozen_forward_once_and_its_heads(tmp_path, 
     assert trial_tm(figures(frozen), figures(frozen), time_key="tm_flops") == 1.0
     score = trial_tm(figures(unfrozen), figures(frozen), time_key="tm_flops")
     assert score is not None and 0 < score < 1  # the same data, several times the work
+
+
+def test_one_more_backward_through_the_shared_layers_against_a_hand_count():
+    cpu = torch.device("cpu")
+    # Both layers shared and trainable: 4 x params per token in each (the backward part of 6 x).
+    assert model(0).shared_backward_flops(packed(), cpu, 0) == 2 * 4 * LAYER * TOKENS
+    assert model(1).shared_backward_flops(packed(), cpu, 1) == 4 * LAYER * TOKENS
+    assert model(-1).shared_backward_flops(packed(), cpu, L) == 0  # nothing shared trains
+    assert model(0).private_backward_flops(packed(), cpu, 0) == 0  # every layer is shared
+
+
+@pytest.mark.parametrize("method", ["static", "pcgrad", "upgrad"])
+def test_pcgrad_and_upgrad_pay_t_minus_1_extra_passes_and_the_count_says_so(method):
+    """Three tasks: PCGrad and UPGrad run one backward per task through the shared encoder
+    (counted by a hook on a shared weight), two more than static weighting's one, and the
+    trial's FLOPs add exactly those two passes and the Gram matrix and combination."""
+    from mtbert.data.samplers import TaskBatches
+    from mtbert.data.tokenize import collate, prepare
+    from mtbert.train.loop import train_step
+    from mtbert.train.weighting import TaskGradients, make_weighting
+
+    cfg = build_config(TINY, {"loss.weighting": method, "sampling.strategy": "tuple",
+                              "data.synthetic.train_size": 40, "data.synthetic.dev_size": 8})
+    prepared = prepare(cfg, log=None)
+    pad = prepared.tokenizer.pad_token_id or 0
+    net = MultitaskModel(cfg, vocab_size=len(prepared.tokenizer), pad_token_id=pad)
+    idx = [TaskBatches(len(prepared.train[t]), 4, seed=0).next() for t in cfg.tasks]
+    batches = [collate(prepared.train[t], i, pad) for t, i in zip(cfg.tasks, idx)]
+    weighting, cpu = make_weighting(cfg), torch.device("cpu")
+    passes = []
+    next(p for p in net.layer(0).parameters() if p.ndim == 2).register_hook(lambda grad: passes.append(1))
+    _, _, _, step = train_step(net, batches, idx, weighting, cfg, net.shared_parameters(),
+                              contextlib.nullcontext, None, cpu)
+    extra = weighting.extra_flops(net, step, cpu, 0)
+    if method == "static":
+        assert len(passes) == 1 and extra == 0
+        return
+    assert len(passes) == 3
+    shared = sum(p.numel() for p in net.shared_parameters() if p.requires_grad)
+    assert extra == 2 * net.shared_backward_flops(step, cpu, 0) + TaskGradients.combine_flops(3, shared)
+    assert extra > 0.5 * net.step_flops(step, cpu, 0)  # two more passes: not a rounding error
+    assert weighting.extra_flops(net, step, cpu, 0) == 0  # counted once per step

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from mtbert.train.pcgrad import pcgrad_backward, project_conflicts, project_in_order
+from mtbert.train.weighting.pcgrad import pcgrad_backward, project_conflicts, project_in_order
 
 
 def _t(rows: list[list[float]]) -> torch.Tensor:

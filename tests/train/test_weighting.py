@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from mtbert.config import ConfigError, build_config
-from mtbert.train.pcgrad import pcgrad_backward
+from mtbert.train.weighting.pcgrad import pcgrad_backward
 from mtbert.train.weighting import WEIGHTINGS, make_weighting
 from mtbert.train.weighting.cagrad import cagrad_coefficients
 from mtbert.train.weighting.dwa import DWA
@@ -273,7 +273,7 @@ def test_pcgrad_method_is_todays_surgery_on_the_weighted_losses():
     torch.testing.assert_close(via_method, torch.tensor([[0.25, 0.75]], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", ["pcgrad", "gradnorm", "famo", "cagrad"])
+@pytest.mark.parametrize("name", ["pcgrad", "gradnorm", "famo", "cagrad", "upgrad", "nash_mtl", "mgda"])
 def test_per_task_gradient_methods_need_tuple_sampling(name):
     with pytest.raises(ConfigError, match=rf"loss.weighting: {name} needs .* set sampling.strategy: tuple"):
         build_config({}, {"loss.weighting": name, "sampling.strategy": "proportional"})
@@ -300,3 +300,86 @@ def test_loss_pcgrad_is_an_alias_of_weighting_pcgrad():
 def test_bad_weighting_settings_fail_at_load(overrides, message):
     with pytest.raises(ConfigError, match=message):
         build_config({}, overrides)
+
+
+# The TorchJD methods: the step on the shared parameters is TorchJD's aggregation of the
+# Jacobian (its rows the per-task gradients), though mtbert hands TorchJD their Gram matrix.
+JD_AGGREGATORS = {"upgrad": "UPGrad", "dualproj": "DualProj", "aligned_mtl": "AlignedMTL", "imtl_g": "IMTLG",
+                  "mgda": "MGDA"}
+
+
+@pytest.mark.parametrize("name", sorted(JD_AGGREGATORS) + ["nash_mtl"])
+@pytest.mark.parametrize("a1,a2", CONFLICTING[:2])
+def test_a_torchjd_method_steps_along_torchjds_aggregation(name, a1, a2):
+    import torchjd.aggregation as jd
+
+    toy = Toy(a1, a2)
+    method = _method(name)
+    weights = method.backward(toy.losses(), [toy.W])
+    jacobian = torch.stack([a.reshape(-1) for a in toy.A])
+    aggregator = jd.NashMTL(n_tasks=2) if name == "nash_mtl" else getattr(jd, JD_AGGREGATORS[name])()
+    torch.testing.assert_close(toy.W.grad.reshape(-1), aggregator(jacobian), rtol=1e-5, atol=1e-6)
+    assert all(math.isfinite(w) for w in _as_floats(weights))
+    # A task's own parameters get the gradient of the mean loss, as under static weighting.
+    torch.testing.assert_close(toy.heads[1].grad, torch.tensor([-1.0], dtype=torch.float64))
+    cost = method.last_cost
+    assert cost.extra_backward == 1 and cost.solve_flops >= 2 * 2 * 2 * 2 + 2 * 2 * 2
+
+
+def test_upgrad_reads_loss_weights_as_its_preference():
+    toy = Toy([1.0, 0.0], [0.0, 1.0])  # orthogonal: no conflict, UPGrad is the weighted mean
+    method = _method("upgrad", **{"loss.weights": {"sst": 0.25, "sts": 0.75}})
+    method.backward(toy.losses(), [toy.W])
+    torch.testing.assert_close(toy.W.grad, torch.tensor([[0.25, 0.75]], dtype=torch.float64), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(toy.heads[1].grad, torch.tensor([0.75 * -2.0], dtype=torch.float64))
+
+
+def test_nash_mtl_state_resumes_its_solve():
+    toy = Toy([1.0, 0.2], [-0.5, 1.0])
+    method, again = _method("nash_mtl"), _method("nash_mtl")
+    for _ in range(3):
+        toy.zero()
+        method.backward(toy.losses(), [toy.W])
+    again.load_state_dict(method.state_dict())
+    grads = []
+    for m in (method, again):
+        toy.zero()
+        m.backward(toy.losses([1.0, 5.0]), [toy.W])
+        grads.append(toy.W.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"loss.weighting": {"name": "mgda", "max_iter": 5}},
+     r"loss.weighting.max_iter: not a setting of method mgda \(did you mean 'loss.weighting.max_iters'\?\)"),
+    ({"loss.weighting": "mgda", "loss.weighting.max_iters": "many"}, r"loss.weighting.max_iters: expected int"),
+    ({"loss.weighting": "mgda", "loss.weighting.epsilon": 0}, "loss.weighting.epsilon: must be > 0"),
+    ({"loss.weighting": "upgrad", "loss.weighting.reg_eps": -1}, "loss.weighting.reg_eps: must be >= 0"),
+    ({"loss.weighting": "aligned_mtl", "loss.weighting.scale_mode": "max"},
+     "loss.weighting.scale_mode: must be one of min, median, rmse, got 'max'"),
+    ({"loss.weighting": "nash_mtl", "loss.weighting.optim_niter": 0}, "loss.weighting.optim_niter: must be >= 1"),
+    ({"loss.weighting": "imtl_g", "loss.weights": {"sst": 0.5, "sts": 0.5}}, "loss.weights: fixed weights are read by"),
+    ({"loss.weighting": "upgrad", "sampling.strategy": "proportional"}, "loss.weighting: upgrad needs a loss for"),
+])
+def test_bad_torchjd_settings_fail_at_load_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        build_config({}, {**TUPLE, **overrides})
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_solver_package_is_one_line_at_load(monkeypatch):
+    monkeypatch.setattr(WEIGHTINGS["nash_mtl"], "requires", ("torchjd", "no_such_solver_pkg"))
+    with pytest.raises(ConfigError, match=r"loss.weighting: nash_mtl needs the package\(s\) no_such_solver_pkg, "
+                                          r"which are not installed; pip install 'torchjd\[nash-mtl\]'") as err:
+        build_config({}, {**TUPLE, "loss.weighting": "nash_mtl"})
+    assert "\n" not in str(err.value)
+
+
+def test_the_labels_know_which_methods_read_fixed_weights():
+    """orchestration's weights column names them without importing the methods (no torch)."""
+    from orchestration.sweep.labels import FIXED_WEIGHT_READERS, fmt_weighting
+
+    assert sorted(FIXED_WEIGHT_READERS) == sorted(n for n, c in WEIGHTINGS.items() if c.uses_fixed_weights
+                                                  and n != "static")
+    assert fmt_weighting("upgrad", {"sst": 0.25, "sts": 0.75}, TASKS).startswith("upgrad [")
+    assert fmt_weighting("mgda", None, TASKS) == "mgda"

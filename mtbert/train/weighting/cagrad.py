@@ -10,7 +10,8 @@ Its dual is a T-dimensional problem over the simplex:
 
 so d is a combination of the g_i, found from their T x T Gram matrix alone. c = 0 gives the
 mean gradient. Every other parameter gets the gradient of the mean loss, so at c = 0 the
-whole step is static equal weighting's.
+whole step is static equal weighting's. mtbert's own rather than TorchJD's CAGrad: its SLSQP
+solve measured faster than TorchJD's cvxpy one, and needs no cvxpy (docs/weighting.md).
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ import numpy as np
 import torch
 
 from mtbert.components import require
-from mtbert.train.pcgrad import _accumulate, _graph_leaves
-from mtbert.train.weighting.base import Weighting, WeightingError
+from mtbert.train.weighting.base import GradientWeighting, TaskGradients
 
 
 def cagrad_coefficients(gram: np.ndarray, c: float) -> np.ndarray:
@@ -47,12 +47,11 @@ def cagrad_coefficients(gram: np.ndarray, c: float) -> np.ndarray:
     return mean + (radius / gw_norm) * w if gw_norm > 0 else mean
 
 
-class CAGrad(Weighting):
+class CAGrad(GradientWeighting):
     name = "cagrad"
-    needs_every_task = True
 
     @dataclass
-    class Settings(Weighting.Settings):
+    class Settings(GradientWeighting.Settings):
         c: float = 0.4  # radius of the ball around the mean gradient; 0 = the mean gradient
 
         def check(self, key):
@@ -62,35 +61,8 @@ class CAGrad(Weighting):
         super().__init__(cfg, device)
         self.c = self.settings.c
 
-    def backward(self, losses, shared):
-        values = list(losses.values())
-        num = len(values)
-        leaves = _graph_leaves(values)
-        reached = {id(p) for p in leaves}
-        shared = list({id(p): p for p in shared if id(p) in reached}.values())
-        if not shared:
-            raise WeightingError("loss.weighting: cagrad needs trainable shared parameters (the encoder is "
-                                 "frozen or not shared); choose another method")
-        shared_ids = {id(p) for p in shared}
-        others = [p for p in leaves if id(p) not in shared_ids]
-        sizes = [p.numel() for p in shared]
-        flat = torch.zeros((num, sum(sizes)), dtype=torch.float32, device=shared[0].device)
-        other_sum: list[torch.Tensor | None] = [None] * len(others)
-        for t, loss in enumerate(values):
-            grads = torch.autograd.grad(loss, shared + others, retain_graph=t < num - 1, allow_unused=True)
-            for p_grad, chunk in zip(grads[:len(shared)], flat[t].split(sizes)):
-                if p_grad is not None:
-                    chunk.copy_(p_grad.reshape(-1))
-            for k, p_grad in enumerate(grads[len(shared):]):
-                if p_grad is not None:
-                    other_sum[k] = p_grad / num if other_sum[k] is None else other_sum[k] + p_grad / num
-        gram = (flat @ flat.T).double().cpu().numpy()  # T x T: the one host sync of the step
-        coeffs = torch.tensor(cagrad_coefficients(gram, self.c) / (1 + self.c ** 2),
-                              dtype=flat.dtype, device=flat.device)
-        for p, chunk in zip(shared, (coeffs @ flat).split(sizes)):
-            _accumulate(p, chunk.view_as(p).to(p.dtype))
-        for p, p_grad in zip(others, other_sum):
-            if p_grad is not None:
-                _accumulate(p, p_grad)
+    def coefficients(self, grads: TaskGradients, tasks: list[str]) -> torch.Tensor:
         # The weight each task's gradient gets on the shared parameters (1/T each at c = 0).
-        return dict(zip(losses, coeffs))
+        gram = grads.gram().double().cpu().numpy()  # T x T: the one host sync of the step
+        return torch.tensor(cagrad_coefficients(gram, self.c) / (1 + self.c ** 2),
+                            dtype=grads.flat.dtype, device=grads.flat.device)

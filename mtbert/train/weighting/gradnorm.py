@@ -19,8 +19,7 @@ import torch
 from torch import nn
 
 from mtbert.components import require
-from mtbert.train.pcgrad import _graph_leaves
-from mtbert.train.weighting.base import Weighting, WeightingError
+from mtbert.train.weighting.base import StepCost, Weighting, WeightingError, graph_leaves, layer_gradients
 
 # Adam may push a weight through zero; a floor keeps every task in the loss (and the
 # weights positive, as the paper's renormalisation assumes).
@@ -51,12 +50,14 @@ class GradNorm(Weighting):
         self.optimizer = torch.optim.Adam([self.weights], lr=self.settings.lr)
         self.initial_losses: torch.Tensor | None = None
         self._layer: int | None = None  # index into `shared` of W
+        self._layer_numel = 0
+        self.last_cost = StepCost()
 
     def last_shared_layer(self, losses: list[torch.Tensor], shared: list[nn.Parameter]) -> nn.Parameter:
         """W: the last weight matrix in `shared` (the model lists them bottom to top) that every
         task's loss reaches. Chosen once: the graph's shape does not change between steps."""
         if self._layer is None:
-            reached = [{id(p) for p in _graph_leaves([loss])} for loss in losses]
+            reached = [{id(p) for p in graph_leaves([loss])} for loss in losses]
             candidates = [i for i, p in enumerate(shared) if p.ndim >= 2 and all(id(p) in r for r in reached)]
             if not candidates:
                 raise WeightingError("loss.weighting: gradnorm needs a trainable shared weight matrix that every "
@@ -70,8 +71,10 @@ class GradNorm(Weighting):
                                  f"got {list(losses)}")
         stacked = torch.stack(list(losses.values()))
         layer = self.last_shared_layer(list(losses.values()), shared)
-        norms = torch.stack([torch.autograd.grad(loss, layer, retain_graph=True)[0].norm()
-                             for loss in losses.values()]).detach()
+        norms = layer_gradients(list(losses.values()), layer).norm(dim=1).detach()
+        # T passes from each loss down to W, on top of the step's own backward (extra_flops).
+        self.last_cost = StepCost(len(losses), 2 * len(losses) * layer.numel())
+        self._layer_numel = layer.numel()
         w = self.weights.detach().clone()
         (w * stacked).sum().backward()
 
@@ -88,6 +91,17 @@ class GradNorm(Weighting):
             self.weights.clamp_(min=MIN_WEIGHT)
             self.weights.mul_(len(self.tasks) / self.weights.sum())
         return dict(zip(losses, w))
+
+    def extra_flops(self, model, packed, device, start):
+        """Each of the T passes computes W's weight gradient over every packed row (2 x its
+        size per position) and runs back to it through the task's own layers and head, input
+        gradients only (half a backward's 4 x there, a third of the head's 6 x)."""
+        cost, self.last_cost = self.last_cost, StepCost()
+        if not cost.extra_backward:
+            return 0
+        weight_grads = cost.extra_backward * 2 * self._layer_numel * model.shared_positions(packed, device)
+        return (weight_grads + model.private_backward_flops(packed, device, start) // 2
+                + model.head_flops(packed) // 3 + cost.solve_flops)
 
     def state_dict(self):
         return {"weights": self.weights.detach().clone(), "optimizer": self.optimizer.state_dict(),
