@@ -3,6 +3,7 @@ findings`, registered into mtbert's CLI."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -46,6 +47,12 @@ def _dashboard(address: str | None) -> bool:
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from orchestration.run.launch import resume_sweep
 
+    if not (args.address or os.environ.get("RAY_ADDRESS") or args.storage or args.seeds_max is not None):
+        # A SLURM job id, or the name of a sweep a SLURM job of this folder ran: resumed on SLURM.
+        from orchestration.run.slurm import slurm_resume
+
+        if slurm_resume(args.sweep, args.workdir):
+            return 0
     if _dashboard(args.address):  # a submitted sweep: its resume is a Ray Job on the head too
         if args.seeds_max is not None:
             raise SweepError("--seeds-max: run it where the sweep's folder is (on the head), not through a dashboard")
@@ -242,7 +249,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died (or was stopped)")
     resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>; with a dashboard "
-                        "--address, the id of the job that ran it (or its folder as the head sees it)")
+                        "--address, the id of the job that ran it (or its folder as the head sees it); a SLURM "
+                        "job's id (or its sweep's name) resumes it on SLURM")
     resume.add_argument("--storage", help="the Ray Tune storage folder `run` had (default: <cwd>/runs)")
     resume.add_argument("--seeds-max", type=int, metavar="N", default=None,
                         help="more seeds for a finished adaptive sweep: open claims go on up to N paired seeds, "
@@ -250,7 +258,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _ray_options(resume, "; a Ray dashboard (http://HEAD:8265) resumes a submitted sweep as a Ray Job")
     # With --address http://HEAD:8265, a sweep submitted as a Ray Job is resumed as one.
     resume.add_argument("--workdir", help="with a dashboard --address: the folder on the head to run in "
-                        "(default: the one the sweep's job had)")
+                        "(default: the one the sweep's job had); for a SLURM job: its folder, where SLURM no "
+                        "longer holds the job (default: the one SLURM has for it, else the current folder)")
     resume.add_argument("--no-follow", action="store_true",
                         help="with a dashboard --address: return once submitted, do not stream logs")
     try:

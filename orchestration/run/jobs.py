@@ -468,6 +468,14 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if not (args.address or os.environ.get(ADDRESS_ENV)):  # no Ray dashboard named: a SLURM job id or sweep?
+        from orchestration.run.slurm import slurm_status
+
+        if slurm_status(args.job_id, args.workdir):
+            return 0
+        raise JobError(f"{args.job_id}: not a SLURM job's id, nor the name of a sweep a SLURM job ran in "
+                       f"{args.workdir or 'this folder'}; for a Ray Job give --address http://HEAD:8265 "
+                       f"(or set {ADDRESS_ENV})")
     state, found = progress(args.job_id, args.address)
     if state.status in ("FAILED", "STOPPED"):
         print(f"{state.job_id}: {state.status}: {_failure_line(state)}")
@@ -518,9 +526,12 @@ def add_job_commands(sweep_subparsers: argparse._SubParsersAction) -> None:
     python_option(p)
     p.set_defaults(func=_cmd_submit)
 
-    p = sweep_subparsers.add_parser("status", help="state of a submitted sweep job: its trials and best so far")
-    p.add_argument("job_id")
+    p = sweep_subparsers.add_parser("status", help="state of a submitted sweep job (a Ray Job, or a SLURM job of "
+                                    "`sweep slurm`): its trials and best so far")
+    p.add_argument("job_id", metavar="JOB", help="the job's id; for a SLURM job, its id or its sweep's name")
     _address_option(p)
+    p.add_argument("--workdir", help="a SLURM job's folder, where SLURM no longer holds the job (default: the one "
+                   "SLURM has for it, else the current folder)")
     p.set_defaults(func=_cmd_status)
 
     p = sweep_subparsers.add_parser("stop", help="stop a submitted sweep job")

@@ -687,13 +687,26 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
         else:
             raise
     finally:
+        # The close (runs ended, models, tables, verdicts) takes seconds: a SIGTERM or SIGHUP now (a
+        # SLURM job's time limit or preemption, a stop sent as the last trial ended) waits for it,
+        # instead of leaving the parent run RUNNING. Ctrl-C still interrupts it.
+        late: list[int] = []
         try:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
-        except ValueError:
+            for sig in handlers:
+                signal.signal(sig, lambda signum, frame: late.append(signum))
+        except ValueError:  # not the main thread: no handlers to set
             pass
         release_reserve(run_dir)
-        _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged, smoke)
+        try:
+            _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged, smoke)
+        finally:
+            try:
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+            except ValueError:
+                pass
+            if late:
+                log(f"{signal.Signals(late[0]).name} while the sweep closed: it closed first")
     if tracking.record.full is not None:
         free, need = tracking.record.full
         tracking.release()

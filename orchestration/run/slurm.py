@@ -15,15 +15,25 @@ on the first node, joined to that Ray. SLURM's own facts are handled there:
 The script names no path of this machine but the ones the user gave (the sweep file, the
 working folder): `mtbert` and `ray` are commands found on the nodes' PATH unless `--mtbert`,
 `--ray` or `--setup` (module loads, a virtualenv) say otherwise.
+
+From the login node, `mtbert sweep status JOB` and `mtbert sweep resume JOB` take the job id
+(or the sweep's name, `<name>-<job id>`): the job's folder is the one SLURM has for it
+(`scontrol show job`, else `sacct`), else --workdir or the current folder; there `sweep slurm`
+left slurm-JOB.json (the sweep's name, the script) beside the job's log slurm-JOB.out, which
+holds the driver's progress lines. `resume` requeues a job SLURM still holds (its next run
+resumes the sweep) and submits the saved script again, as a new job that resumes the sweep,
+for one SLURM has forgotten.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -50,12 +60,15 @@ TEMPLATE = """\
 # whose next run resumes the sweep; `scancel --signal=INT --batch` stops it for good.
 set -uo pipefail
 <<SETUP>>
-sweep=<<SWEEP_NAME>>-$SLURM_JOB_ID  # the same name in every run of this job: a requeue resumes it
+# The same name in every run of this job: a requeue resumes it. MTBERT_RESUME (set by `mtbert
+# sweep resume JOB` for a job SLURM no longer holds): an earlier job's sweep, which this job resumes.
+sweep=${MTBERT_RESUME:-<<SWEEP_NAME>>-$SLURM_JOB_ID}
 cpus=$SLURM_CPUS_PER_TASK
 # Ray's ports from the job id: two sweeps sharing a node must not meet on Ray's defaults.
 port=$(( 20000 + SLURM_JOB_ID % 4000 * 10 ))
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head_ip=${MTBERT_HEAD_IP:-$(hostname -I | awk '{print $1}')}  # set MTBERT_HEAD_IP in --setup to pick another interface
+echo "mtbert: run $((${SLURM_RESTART_COUNT:-0} + 1)) of job $SLURM_JOB_ID on ${nodes[*]}, $(date -u +%FT%TZ)"
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')
 export RAY_USAGE_STATS_ENABLED=0
 
@@ -71,30 +84,79 @@ trap 'on_signal requeue TERM' TERM
 trap 'on_signal stop INT' INT
 
 # Each node keeps its own Ray folder (short: Ray's socket paths live under it) and its own log.
-srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "${nodes[0]}" --output="slurm-%j-ray-%N.out" \\
-  <<RAY>> start --head --block --node-ip-address="$head_ip" --port="$port" \\
-  --ray-client-server-port=$((port + 1)) --dashboard-agent-listen-port=$((port + 2)) \\
-  --include-dashboard=false --num-cpus="$cpus" --num-gpus=<<GPUS>> \\
-  --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"${nodes[0]}" --disable-usage-stats &
-for node in "${nodes[@]:1}"; do
-  srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" --output="slurm-%j-ray-%N.out" \\
-    <<RAY>> start --address="$head_ip:$port" --block --dashboard-agent-listen-port=$((port + 2)) \\
-    --num-cpus="$cpus" --num-gpus=<<GPUS>> --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"$node" --disable-usage-stats &
-done
-# Every node joined before the first trial, so trials spread over all of them.
+steps=()  # per node: its srun step's PID
+tries=()  # per node: how many times its Ray was started
+started=()  # per node: how many "Ray runtime started" its log held before its latest start
+said_started() { local c; c=$(grep -c "Ray runtime started" "slurm-$SLURM_JOB_ID-ray-${nodes[$1]}.out" 2>/dev/null); echo "${c:-0}"; }
+up() { local i; for i in "$@"; do [ "$(said_started "$i")" -gt "${started[$i]}" ] || return 1; done; }
+start_node() {
+  local i=$1 node=${nodes[$1]}
+  started[$i]=$(said_started "$i")
+  if [ "$i" -eq 0 ]; then
+    srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" --output="slurm-%j-ray-%N.out" \\
+      --open-mode=append <<RAY>> start --head --block --node-ip-address="$head_ip" --port="$port" \\
+      --ray-client-server-port=$((port + 1)) --dashboard-agent-listen-port=$((port + 2)) \\
+      --include-dashboard=false --num-cpus="$cpus" --num-gpus=<<GPUS>> \\
+      --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"$node" --disable-usage-stats &
+  else
+    srun --nodes=1 --ntasks=1 --overlap --cpus-per-task="$cpus" -w "$node" --output="slurm-%j-ray-%N.out" \\
+      --open-mode=append <<RAY>> start --address="$head_ip:$port" --block --dashboard-agent-listen-port=$((port + 2)) \\
+      --num-cpus="$cpus" --num-gpus=<<GPUS>> --temp-dir=<<RAY_TMP>>/ray-$SLURM_JOB_ID-"$node" --disable-usage-stats &
+  fi
+  steps[$i]=$!
+  tries[$i]=$(( ${tries[$i]:-0} + 1 ))
+}
+# A node's Ray that exited while it started is started again, twice at most: on a loaded node (a
+# virtualenv on a slow shared filesystem) Ray's helpers can import slower than Ray waits for them.
+restart_exited() {
+  local i
+  for i in "$@"; do
+    if ! kill -0 "${steps[$i]}" 2>/dev/null && [ "${tries[$i]}" -lt 3 ]; then
+      echo "mtbert: Ray on ${nodes[$i]} exited while starting (try ${tries[$i]} of 3; slurm-$SLURM_JOB_ID-ray-${nodes[$i]}.out); starting it again"
+      start_node "$i"
+    fi
+  done
+}
+# The nodes in the cluster, by `ray status` (seconds of imports): asked once the workers' logs say
+# their Ray started, and every 10 s whatever the logs say (the head's log saying so is enough).
+ray_nodes() { <<RAY>> status --address="$head_ip:$port" 2>/dev/null | grep -c '^ *1 node_'; }
+workers=$(seq 1 $((${#nodes[@]} - 1)))
 joined=0
-for _ in $(seq <<JOIN_WAIT>>); do
-  [ -n "$stop" ] && break
-  joined=$(<<RAY>> status --address="$head_ip:$port" 2>/dev/null | grep -c '^ *1 node_')
-  [ "$joined" -ge "${#nodes[@]}" ] && break
+polls=0
+deadline=$((SECONDS + <<JOIN_WAIT>>))
+# The workers start once the head's node is up: a worker started beside a slow head gives up
+# ("No node info found for head node in GCS").
+start_node 0
+while [ -z "$stop" ] && [ "$SECONDS" -lt "$deadline" ]; do
+  polls=$((polls + 1))
+  up 0 && { joined=1; break; }
+  if [ $((polls % 10)) -eq 0 ]; then
+    joined=$(ray_nodes)
+    [ "$joined" -ge 1 ] && break
+  fi
+  restart_exited 0
+  kill -0 "${steps[0]}" 2>/dev/null || break
   sleep 1
+done
+if [ -z "$stop" ] && [ "$joined" -ge 1 ]; then
+  for i in $workers; do start_node "$i"; done
+fi
+# Every node joined before the first trial, so trials spread over all of them.
+while [ -z "$stop" ] && [ "$joined" -ge 1 ] && [ "$joined" -lt "${#nodes[@]}" ] && [ "$SECONDS" -lt "$deadline" ]; do
+  sleep 1
+  restart_exited $workers
+  polls=$((polls + 1))
+  if up $workers || [ $((polls % 10)) -eq 0 ]; then joined=$(ray_nodes); fi
 done
 echo "mtbert: Ray at $head_ip:$port, $joined of ${#nodes[@]} node(s) joined: ${nodes[*]}"
 
 rc=0
-if [ -z "$stop" ]; then
-  if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
-    echo "mtbert: run $SLURM_RESTART_COUNT of a requeued job: resuming sweep $sweep"
+if [ -z "$stop" ] && [ "$joined" -lt 1 ]; then
+  echo "mtbert: no Ray head came up on ${nodes[0]} (see slurm-$SLURM_JOB_ID-ray-${nodes[0]}.out); sweep $sweep not started"
+  rc=1
+elif [ -z "$stop" ]; then
+  if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || [ -n "${MTBERT_RESUME:-}" ]; then
+    echo "mtbert: resuming sweep $sweep (job $SLURM_JOB_ID, restart ${SLURM_RESTART_COUNT:-0})"
     <<MTBERT>> sweep resume "$sweep" --address="$head_ip:$port" &
   else
     <<MTBERT>> sweep run <<FILE>> --name="$sweep" --address="$head_ip:$port"<<ARGS>> &
@@ -104,6 +166,15 @@ if [ -z "$stop" ]; then
   # A signal ends `wait` early: wait again until the driver has closed the sweep.
   while kill -0 "$driver" 2>/dev/null; do wait "$driver"; rc=$?; done
 fi
+# Ray's nodes end with the driver: a TERM to each step's srun ends its step ("forcing job
+# termination"), rather than leaving every step to SLURM's kill at the end of the job.
+for step in ${steps[@]+"${steps[@]}"}; do kill -TERM "$step" 2>/dev/null; done
+for _ in $(seq 30); do
+  running=0
+  for step in ${steps[@]+"${steps[@]}"}; do kill -0 "$step" 2>/dev/null && running=1; done
+  [ "$running" -eq 0 ] && break
+  sleep 1
+done
 if [ "$stop" = requeue ]; then
   echo "mtbert: requeueing job $SLURM_JOB_ID; its next run resumes sweep $sweep"
   scontrol requeue "$SLURM_JOB_ID"
@@ -116,7 +187,7 @@ _PLACEHOLDER = re.compile(r"<<([A-Z_]+)>>")
 _TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
                    r"|(?P<a>\d+)(?::(?P<b>\d+)(?::(?P<c>\d+))?)?)$")
 DEFAULT_GRACE_S = 180  # the sweep's own stop takes seconds; the rest is for a slow shared filesystem
-JOIN_WAIT_S = 120  # how long the script waits for every Ray node to join before the sweep starts
+JOIN_WAIT_S = 180  # how long the script waits for every Ray node to join before the sweep starts
 
 
 @dataclass
@@ -265,13 +336,263 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
         return 0
     job_id = submit(script)
     sweep = f"{job.sweep_name}-{job_id}"
+    write_record(workdir, job_id, sweep, script)
     print(f"submitted SLURM job {job_id}: sweep {sweep} on {job.nodes} node(s), folder {workdir}")
-    print(f"  follow: squeue -j {job_id}; tail -f {workdir / f'slurm-{job_id}.out'}")
+    print(f"  follow: {tool('mtbert')} sweep status {job_id}; tail -f {workdir / f'slurm-{job_id}.out'}")
     print(f"  stop:   scancel --signal=INT --batch {job_id}   (the sweep stops cleanly, not requeued)")
-    print(f"  resume: scontrol requeue {job_id}   (a stopped job's next run resumes its sweep)")
+    print(f"  resume: {tool('mtbert')} sweep resume {job_id}   (a stopped or ended job's sweep goes on)")
     print(f"  table:  {tool('mtbert')} leaderboard --experiment <the sweep's experiment> --tracking-uri "
           f"{shlex.quote(tracking_uri(args.tracking_uri, workdir))}")
     return 0
+
+
+# --------------------------------------------------------------------------- status, resume
+# From the login node, by job id or sweep name. What is known of a job comes from SLURM while
+# it holds the job (scontrol; sacct where accounting keeps it), and from the job's folder: the
+# record `sweep slurm` wrote (RECORD) and the job's log, whose driver lines say how far the
+# sweep got (jobs.sweep_progress reads the same lines from a Ray Job's log).
+
+RECORD = "slurm-{job}.json"  # in the job's folder: the sweep's name and the script, for status and resume
+LOG = "slurm-{job}.out"
+JOB_ID = re.compile(r"^\d+$")
+# A job in one of these states has a driver, or will: it is not resumed beside it.
+ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD"}
+
+
+@dataclass
+class SlurmSweep:
+    """A SLURM job of `sweep slurm`, as the login node finds it."""
+    job_id: str
+    folder: Path  # the job's folder (--workdir)
+    state: str | None  # SLURM's JobState; None where SLURM no longer holds the job
+    info: dict[str, str]  # what scontrol (or sacct) says of it
+    sweep: str | None  # the sweep's name; None while unknown (no record, no driver line yet)
+    record: dict
+
+    @property
+    def log(self) -> Path:
+        return Path(self.info.get("StdOut") or self.folder / LOG.format(job=self.job_id))
+
+
+def write_record(workdir: Path, job_id: str, sweep: str, script: str, resumes: str | None = None) -> None:
+    """slurm-JOB.json in the job's folder; a folder the login node cannot write costs only the
+    record (status and resume then read the job's log and SLURM)."""
+    record = {"job_id": job_id, "sweep": sweep, "script": script, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if resumes:
+        record["resumes"] = resumes
+    path = workdir / RECORD.format(job=job_id)
+    try:
+        path.write_text(json.dumps(record, indent=2) + "\n")
+    except OSError as exc:
+        print(f"note: {path}: not written ({exc.strerror or exc}); `sweep status {job_id}` reads the job's log",
+              file=sys.stderr)
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _slurm_command(*cmd: str) -> subprocess.CompletedProcess | None:
+    """A SLURM client command, or None where this machine has none."""
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise SweepError(f"{cmd[0]}: no answer from SLURM in 60 s (is slurmctld up?)") from None
+
+
+def _first_error(out: subprocess.CompletedProcess) -> str:
+    lines = [line.strip() for line in (out.stderr or out.stdout).splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {out.returncode}"
+
+
+def slurm_job(job_id: str) -> dict[str, str] | None:
+    """What SLURM says of the job (JobState, WorkDir, StdOut, NodeList, Restarts, ...), or None
+    where it holds no such job: slurmctld forgets an ended job after MinJobAge (300 s by
+    default); sacct remembers it where the cluster keeps accounting."""
+    out = _slurm_command("scontrol", "show", "job", "-o", job_id)
+    if out is not None and out.returncode == 0 and "JobId=" in out.stdout:
+        return dict(item.split("=", 1) for item in out.stdout.split() if "=" in item)
+    if out is not None and out.returncode != 0 and "invalid job id" not in out.stderr.lower():
+        raise SweepError(f"scontrol show job {job_id}: {_first_error(out)}")
+    acct = _slurm_command("sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,JobName,State,WorkDir,NodeList,Elapsed")
+    if acct is None or acct.returncode != 0:  # no sacct, or no accounting on this cluster
+        return None
+    for line in acct.stdout.splitlines():
+        fields = line.split("|")
+        if len(fields) == 6 and fields[0] == job_id:
+            state = fields[2].split()[0] if fields[2].strip() else "UNKNOWN"  # "CANCELLED by 0"
+            return {"JobId": job_id, "JobName": fields[1], "JobState": state, "WorkDir": fields[3],
+                    "NodeList": fields[4], "RunTime": fields[5], "from": "sacct"}
+    return None
+
+
+RUN_START = "mtbert: run "  # the script's first line in each run of the job (a requeue appends to the log)
+
+
+def log_progress(log: Path):
+    """How far the job's sweep got, from its log (None where there is none): the sweep's name
+    and folder from any run of the job, the counts and the end from its latest run."""
+    from orchestration.run.jobs import sweep_progress
+
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = sweep_progress(text)
+    start = text.rfind("\n" + RUN_START)
+    if start >= 0:
+        latest = sweep_progress(text[start:])
+        found.clock, found.counts, found.ended = latest.clock, latest.counts, latest.ended
+    return found
+
+
+def _sweep_of_log(log: Path) -> str | None:
+    found = log_progress(log)
+    return found.name if found else None
+
+
+def find_slurm_sweep(ref: str, workdir: str | None = None) -> SlurmSweep | None:
+    """The SLURM job `ref` names: a job id, or a sweep's name (its latest job). None: `ref` is
+    not a job id and no job of the folder ran a sweep of that name (not a SLURM sweep). An id
+    that neither SLURM nor the folder knows is one line."""
+    folder = Path(workdir).expanduser().resolve() if workdir else Path.cwd()
+    if JOB_ID.match(ref):
+        info = slurm_job(ref)
+        if info is not None and info.get("WorkDir") and not workdir:
+            folder = Path(info["WorkDir"])
+        record = _read_record(folder / RECORD.format(job=ref))
+        found = SlurmSweep(ref, folder, info.get("JobState") if info else None, info or {}, record.get("sweep"), record)
+        if info is None and not record and not found.log.is_file():
+            raise SweepError(f"{ref}: no SLURM job of that id (SLURM holds none now) and no {found.log.name} in "
+                             f"{folder}; give the id `sweep slurm` printed, and --workdir the job's folder "
+                             "once SLURM has forgotten the job")
+        found.sweep = found.sweep or _sweep_of_log(found.log)
+        return found
+    jobs = []
+    for path in folder.glob(RECORD.format(job="*")):
+        job_id = path.name[len("slurm-"):-len(".json")]
+        if JOB_ID.match(job_id) and _read_record(path).get("sweep") == ref:
+            jobs.append(job_id)
+    m = re.match(r"^.+-(\d+)$", ref)  # <name>-<job id>: its first job, where no record says so
+    if not jobs and m and _sweep_of_log(folder / LOG.format(job=m[1])) == ref:
+        jobs.append(m[1])
+    if not jobs:
+        return None
+    found = find_slurm_sweep(max(jobs, key=int), str(folder))
+    found.sweep = ref
+    return found
+
+
+def _resumed_by(found: SlurmSweep) -> list[str]:
+    """The later jobs that resumed this job's sweep (`sweep resume` of a forgotten job)."""
+    later = []
+    for path in found.folder.glob(RECORD.format(job="*")):
+        record = _read_record(path)
+        if record.get("resumes") == found.job_id and record.get("job_id"):
+            later.append(str(record["job_id"]))
+    return sorted(later, key=int)
+
+
+def print_status(found: SlurmSweep) -> None:
+    info = found.info
+    if found.state is None:
+        head = "not held by SLURM any more (ended)"
+    else:
+        head = found.state + (f" ({info['Reason']})" if info.get("Reason", "None") not in ("None", "") else "")
+        details = [f"nodes {info['NodeList']}" if info.get("NodeList") not in (None, "", "(null)", "None assigned")
+                   else None, f"run time {info['RunTime']}" if info.get("RunTime") else None,
+                   f"restarts {info['Restarts']}" if info.get("Restarts") not in (None, "0") else None]
+        head += "".join(f", {d}" for d in details if d)
+    print(f"SLURM job {found.job_id}: {head}")
+    progress = log_progress(found.log)
+    if found.sweep:
+        run_dir = progress.run_dir if progress and progress.run_dir else None
+        print(f"  sweep {found.sweep}" + (f" (Ray storage {run_dir})" if run_dir else ""))
+    else:
+        print("  sweep: not started yet (the job's log names none)")
+    if progress and progress.counts:
+        print(f"  trials at {progress.clock}: {progress.counts}")
+    elif found.state in ("PENDING", "RUNNING", "CONFIGURING"):
+        print("  trials: no count yet (the sweep prints one at most every 20 s once its trials run)")
+    if progress and progress.ended:
+        print(f"  ended {progress.ended}")
+    print(f"  log: {found.log}" + ("" if found.log.is_file() else " (not there yet)"))
+    for later in _resumed_by(found):
+        print(f"  resumed by SLURM job {later}: `{tool('mtbert')} sweep status {later}`")
+
+
+def slurm_status(ref: str, workdir: str | None = None) -> bool:
+    """`mtbert sweep status REF` for a SLURM sweep; False where REF is none (a Ray Job's id)."""
+    found = find_slurm_sweep(ref, workdir)
+    if found is None:
+        return False
+    print_status(found)
+    return True
+
+
+def resume_slurm(found: SlurmSweep, sbatch: str = "sbatch") -> str:
+    """Resume the job's sweep on SLURM, from the login node: a job SLURM still holds is requeued
+    (its next run resumes the sweep); one it has forgotten is submitted again from its saved
+    script as a new job told to resume the sweep (MTBERT_RESUME). Returns the job id that runs it."""
+    if found.state in ACTIVE:
+        raise SweepError(f"SLURM job {found.job_id} is {found.state}: a sweep has one driver at a time; "
+                         f"`scancel --signal=INT --batch {found.job_id}` stops it cleanly first")
+    if not found.sweep:
+        raise SweepError(f"SLURM job {found.job_id} never started its sweep (its log {found.log} names none); "
+                         f"submit the sweep again with `{tool('mtbert')} sweep slurm`")
+    later = _resumed_by(found)
+    if later:
+        raise SweepError(f"SLURM job {found.job_id}'s sweep {found.sweep} was resumed by job {later[-1]}; "
+                         f"`{tool('mtbert')} sweep resume {later[-1]}` (or the sweep's name)")
+    progress = log_progress(found.log)
+    if progress and progress.ended and progress.ended.startswith("FINISHED"):
+        raise SweepError(f"sweep {found.sweep} (SLURM job {found.job_id}) FINISHED: nothing to resume")
+    run_dir = Path(progress.run_dir) if progress and progress.run_dir else None
+    if run_dir is not None and run_dir.is_dir() and not (run_dir / "tuner.pkl").is_file():
+        raise SweepError(f"{run_dir}: the sweep died before Ray Tune saved its state; submit it again with "
+                         f"`{tool('mtbert')} sweep slurm`")
+    if found.state is not None:
+        out = _slurm_command("scontrol", "requeue", found.job_id)
+        if out is None or out.returncode != 0:
+            raise SweepError(f"scontrol requeue {found.job_id}: " + (_first_error(out) if out else "scontrol not found"))
+        eligible = (slurm_job(found.job_id) or {}).get("EligibleTime", "")
+        when = f" (from {eligible}: SLURM holds a requeued job back a while)" if eligible[:1].isdigit() else ""
+        print(f"requeued SLURM job {found.job_id}: its next run{when} resumes sweep {found.sweep}")
+        job_id = found.job_id
+    else:
+        script = found.record.get("script")
+        if not script:
+            raise SweepError(f"SLURM job {found.job_id} has ended and SLURM no longer holds it, and "
+                             f"{found.folder / RECORD.format(job=found.job_id)} (its script) is missing; "
+                             f"submit the sweep again with `{tool('mtbert')} sweep slurm`")
+        if shutil.which(sbatch) is None:
+            raise SweepError(f"{sbatch}: not found; run `{tool('mtbert')} sweep resume` on a login node of the cluster")
+        out = subprocess.run([sbatch, "--parsable", f"--export=ALL,MTBERT_RESUME={found.sweep}"], input=script,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SweepError(f"sbatch refused the job: {_first_error(out)}")
+        job_id = out.stdout.strip().split(";")[0]
+        write_record(found.folder, job_id, found.sweep, script, resumes=found.job_id)
+        print(f"submitted SLURM job {job_id}: it resumes sweep {found.sweep} of job {found.job_id} "
+              "(SLURM no longer holds that job)")
+    print(f"  follow: {tool('mtbert')} sweep status {job_id}; tail -f {found.folder / LOG.format(job=job_id)}")
+    return job_id
+
+
+def slurm_resume(ref: str, workdir: str | None = None) -> bool:
+    """`mtbert sweep resume REF` for a SLURM sweep; False where REF is none (a sweep folder here)."""
+    found = find_slurm_sweep(ref, workdir)
+    if found is None:
+        return False
+    resume_slurm(found)
+    return True
 
 
 def add_slurm_command(sweep_subparsers: argparse._SubParsersAction) -> None:
@@ -312,4 +633,5 @@ def add_slurm_command(sweep_subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_slurm)
 
 
-__all__ = ["SlurmJob", "TEMPLATE", "job_script", "check", "submit", "time_limit_s", "add_slurm_command"]
+__all__ = ["SlurmJob", "TEMPLATE", "job_script", "check", "submit", "time_limit_s", "add_slurm_command",
+           "SlurmSweep", "find_slurm_sweep", "slurm_job", "slurm_status", "slurm_resume", "resume_slurm"]

@@ -48,7 +48,7 @@ def test_every_option_lands_in_its_place() -> None:
     assert 'python -m mtbert.cli sweep resume "$sweep" --address="$head_ip:$port" &' in script
     assert script.count("python -m ray.scripts.scripts start") == 2 and "--num-gpus=2" in script
     assert script.count("--temp-dir=/scratch/local/ray-$SLURM_JOB_ID-") == 2
-    assert "sweep=smoke-$SLURM_JOB_ID" in script
+    assert "sweep=${MTBERT_RESUME:-smoke-$SLURM_JOB_ID}" in script
     assert "<<" not in script and ">>" not in script
 
 
@@ -57,14 +57,15 @@ def test_defaults_name_no_path_of_this_machine() -> None:
     assert directives(script) == [
         "--job-name=mtbert-smoke", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=2",
         "--chdir=/shared/work", "--output=slurm-%j.out", "--open-mode=append", "--requeue", "--signal=B:TERM@180"]
-    assert "mtbert sweep run /shared/sweeps/smoke.yaml" in script and "\n  ray start --head" in script
+    assert "mtbert sweep run /shared/sweeps/smoke.yaml" in script and " ray start --head" in script
     assert str(ROOT) not in script and sys.executable not in script
 
 
 def test_a_requeued_run_resumes_and_a_stopped_one_requeues() -> None:
     script = job_script(job())
-    restart = script.index('if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then')
-    assert restart < script.index("sweep resume") < script.index("else") < script.index("sweep run")
+    restart = script.index('if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || [ -n "${MTBERT_RESUME:-}" ]; then')
+    assert restart < script.index(' sweep resume "$sweep"') < script.index("else", restart) \
+        < script.index(" sweep run ")
     assert "trap 'on_signal requeue TERM' TERM" in script and "trap 'on_signal stop INT' INT" in script
     assert 'if [ "$stop" = requeue ]; then' in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
 
@@ -117,3 +118,72 @@ def test_the_cli_prints_the_script_and_refuses_a_bad_sweep(tmp_path: Path, capsy
     assert main(["sweep", "slurm", str(bad), "--dry-run"]) == 2
     out, err = capsys.readouterr()
     assert "#SBATCH" not in out and "num_sampels" in err and len(err.strip().splitlines()) == 1
+
+
+# Stand-ins for the nodes' commands, for running the script itself on this machine: srun runs
+# its command here (into its --output file; its other options dropped), `ray start` records the node it starts and blocks
+# until signalled (the head's first start fails, as a head whose helpers imported too slowly
+# does), `ray status` lists the nodes started, mtbert records its arguments.
+STUBS = {
+    "srun": """#!/bin/bash
+while [ $# -gt 0 ]; do
+  case "$1" in -w) node=$2; shift 2 ;; --output=*) out=${1#--output=}; shift ;; -*) shift ;; *) break ;; esac
+done
+out=${out//%j/$SLURM_JOB_ID}
+exec "$@" >> "${out//%N/$node}" 2>&1
+""",
+    "scontrol": """#!/bin/bash
+case "$1" in show) echo node1; echo node2 ;; requeue) echo "requeue $2" >> "$STUB_DIR/calls" ;; esac
+""",
+    "ray": """#!/bin/bash
+case "$1" in
+  start)
+    if [ "$2" = --head ] && [ ! -e "$STUB_DIR/head-failed" ]; then
+      touch "$STUB_DIR/head-failed"; echo "ray: head timed out" >&2; exit 1
+    fi
+    node=$([ "$2" = --head ] && echo head || echo worker)
+    echo "start $node" >> "$STUB_DIR/calls"
+    trap 'echo "stop $node" >> "$STUB_DIR/calls"; exit 0' TERM
+    touch "$STUB_DIR/up-$node"; echo "Ray runtime started."; while true; do sleep 0.2; done ;;
+  status) for f in "$STUB_DIR"/up-*; do [ -e "$f" ] && echo " 1 node_$(basename "$f")"; done ;;
+esac
+""",
+    "mtbert": """#!/bin/bash
+echo "mtbert $*" >> "$STUB_DIR/calls"
+""",
+}
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_script_restarts_a_failed_head_then_starts_the_workers_and_stops_ray_at_the_end(tmp_path: Path) -> None:
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in STUBS.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "job.sh"
+    script.write_text(job_script(job(nodes=2, workdir=str(tmp_path), ray_tmp=str(tmp_path))))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "STUB_DIR": str(tmp_path),
+           "SLURM_JOB_ID": "4321", "SLURM_CPUS_PER_TASK": "2", "SLURM_JOB_NODELIST": "node[1-2]",
+           "MTBERT_HEAD_IP": "10.0.0.2"}
+    env.pop("MTBERT_RESUME", None)
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "mtbert: Ray on node1 exited while starting (try 1 of 3" in out.stdout
+    assert "mtbert: Ray at 10.0.0.2:23210, 2 of 2 node(s) joined: node1 node2" in out.stdout
+    calls = (tmp_path / "calls").read_text().splitlines()
+    # The worker starts after the head is up; the driver after both; Ray's nodes stop after it.
+    assert calls[:2] == ["start head", "start worker"]
+    assert calls[2] == ('mtbert sweep run /shared/sweeps/smoke.yaml --name=smoke-4321 --address=10.0.0.2:23210')
+    assert sorted(calls[3:]) == ["stop head", "stop worker"]
+    assert (tmp_path / "slurm-4321-ray-node1.out").read_text() == "ray: head timed out\nRay runtime started.\n"
+    # The same job told to resume an earlier job's sweep (`sweep resume` of a job SLURM forgot).
+    (tmp_path / "calls").unlink()
+    for f in tmp_path.glob("up-*"):
+        f.unlink()
+    out = subprocess.run(["bash", str(script)], env={**env, "MTBERT_RESUME": "smoke-1234"}, capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "mtbert sweep resume smoke-1234 --address=10.0.0.2:23210" in (tmp_path / "calls").read_text()
