@@ -273,10 +273,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         from orchestration.run.jobs import add_job_commands
     except ImportError:
         add_job_commands = None
-    if add_job_commands is not None:
-        add_job_commands(sweep_sub)
-    from orchestration.run.slurm import add_slurm_command  # sweeps as SLURM batch jobs
+    from orchestration.run.slurm import add_slurm_command, slurm_status  # sweeps as SLURM batch jobs
 
+    if add_job_commands is not None:
+        add_job_commands(sweep_sub, batch_status=slurm_status)
     add_slurm_command(sweep_sub)
 
     board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")

@@ -34,7 +34,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
 
 from orchestration.errors import SweepError
 from orchestration.paths import tool
@@ -469,9 +469,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     if not (args.address or os.environ.get(ADDRESS_ENV)):  # no Ray dashboard named: a SLURM job id or sweep?
-        from orchestration.run.slurm import slurm_status
-
-        if slurm_status(args.job_id, args.workdir):
+        if args.batch_status is not None and args.batch_status(args.job_id, args.workdir):
             return 0
         raise JobError(f"{args.job_id}: not a SLURM job's id, nor the name of a sweep a SLURM job ran in "
                        f"{args.workdir or 'this folder'}; for a Ray Job give --address http://HEAD:8265 "
@@ -509,8 +507,11 @@ def _address_option(p: argparse.ArgumentParser) -> None:
                    help=f"Ray dashboard, e.g. http://HEAD:8265 (default: ${ADDRESS_ENV})")
 
 
-def add_job_commands(sweep_subparsers: argparse._SubParsersAction) -> None:
-    """`sweep submit | status | stop`, added to the `mtbert sweep` group."""
+def add_job_commands(sweep_subparsers: argparse._SubParsersAction,
+                     batch_status: Callable[[str, str | None], bool] | None = None) -> None:
+    """`sweep submit | status | stop`, added to the `mtbert sweep` group. `batch_status(job,
+    workdir)`: where no Ray dashboard is named, says a batch system's job's status (SLURM's,
+    slurm.py) and returns True, or returns False for a job it does not know."""
     p = sweep_subparsers.add_parser("submit", help="run a sweep file as a Ray Job on a cluster")
     p.add_argument("file", help="sweep YAML under the current folder (the folder is uploaded)")
     _address_option(p)
@@ -532,7 +533,7 @@ def add_job_commands(sweep_subparsers: argparse._SubParsersAction) -> None:
     _address_option(p)
     p.add_argument("--workdir", help="a SLURM job's folder, where SLURM no longer holds the job (default: the one "
                    "SLURM has for it, else the current folder)")
-    p.set_defaults(func=_cmd_status)
+    p.set_defaults(func=_cmd_status, batch_status=batch_status)
 
     p = sweep_subparsers.add_parser("stop", help="stop a submitted sweep job")
     p.add_argument("job_id")
