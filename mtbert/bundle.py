@@ -284,11 +284,11 @@ def load_model(path: str | Path, device: str = "auto", encoder: str | None = Non
 def _named_tokenizer(path: Path, meta: dict, source: str, remedy: str):
     """A slim bundle's tokenizer: the pretrained model's at `source`, if it is the one the run
     trained with."""
-    from mtbert.data.tokenize import _pretrained_tokenizer, tokenizer_fingerprint
+    from mtbert.data.tokenize import pretrained_tokenizer, tokenizer_fingerprint
     from mtbert.errors import DataError
 
     try:
-        tokenizer = _pretrained_tokenizer(source)
+        tokenizer = pretrained_tokenizer(source)
     except DataError as exc:
         raise BundleError(f"{path}: a slim bundle whose tokenizer is read from {source}, which does not "
                           f"load here ({str(exc).removeprefix('model.name_or_path: ')}); {remedy}") from None

@@ -30,7 +30,7 @@ import yaml
 from mtbert.components import SAMPLERS, WEIGHTINGS, Registry, Settings
 from mtbert.data.samplers import SamplingConfig
 from mtbert.errors import ConfigError, did_you_mean
-from mtbert.model.sharing import SharingConfig, check_heads
+from mtbert.model.sharing import SharingConfig
 
 
 # --------------------------------------------------------------------------- schema
@@ -266,6 +266,9 @@ class PairsConfig:
     encoding: Literal["cross", "bi"] = "bi"
 
 
+COSINE_HEADS = ("cosine", "cosine_mlp")  # the heads that score the cosine of two sentence vectors
+
+
 @dataclass
 class StsConfig:
     # regression: a head on the pair features; cosine: the cosine of the two sentence vectors,
@@ -419,32 +422,9 @@ def _build(tp, value: Any, path: str):
             return _build_component(registry, value, path)
         return _build(typing.get_args(tp)[0], value, path)
     if dataclasses.is_dataclass(tp):
-        value = {} if value is None else value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        hints = typing.get_type_hints(tp, include_extras=True)
-        names = [f.name for f in dataclasses.fields(tp)]
-        kwargs = {}
-        for key, sub in value.items():
-            sub_path = f"{path}.{key}" if path else str(key)
-            if key not in names:
-                hint = did_you_mean(key, names, f"{path}." if path else "", cutoff=0.5)
-                raise ConfigError(f"{sub_path}: unknown key{hint}")
-            kwargs[key] = _build(hints[key], sub, sub_path)
-        return tp(**kwargs)
+        return _build_dataclass(tp, value, path)
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in [a for a in args if a is not type(None)]:
-            try:
-                return _build(arg, value, path)
-            except ConfigError as exc:
-                errors.append(exc)
-        if len(errors) == 1:  # Optional[X]: X's own message
-            raise errors[0]
-        raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        return _build_union(tp, value, path)
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
@@ -460,6 +440,45 @@ def _build(tp, value: Any, path: str):
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
         return {str(k): _build(item, v, f"{path}.{k}") for k, v in value.items()}
+    return _build_scalar(tp, value, path)
+
+
+def _build_dataclass(tp, value: Any, path: str):
+    """A config section from a mapping (null: every default); a key it lacks names the closest."""
+    value = {} if value is None else value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+    hints = typing.get_type_hints(tp, include_extras=True)
+    names = [f.name for f in dataclasses.fields(tp)]
+    kwargs = {}
+    for key, sub in value.items():
+        sub_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            hint = did_you_mean(key, names, f"{path}." if path else "", cutoff=0.5)
+            raise ConfigError(f"{sub_path}: unknown key{hint}")
+        kwargs[key] = _build(hints[key], sub, sub_path)
+    return tp(**kwargs)
+
+
+def _build_union(tp, value: Any, path: str):
+    """The first of the union's types that takes `value`, None for null where it is allowed."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in [a for a in args if a is not type(None)]:
+        try:
+            return _build(arg, value, path)
+        except ConfigError as exc:
+            errors.append(exc)
+    if len(errors) == 1:  # Optional[X]: X's own message
+        raise errors[0]
+    raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _build_scalar(tp, value: Any, path: str):
+    """bool, int, float, str or Any: `value` as it is where it is one already; a whole float as
+    an int, an int or a numeric string as a float."""
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -469,17 +488,7 @@ def _build(tp, value: Any, path: str):
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
-        number = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an integer of 309 digits or more
-                number = math.inf
-        elif isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
-            try:
-                number = float(value)
-            except ValueError:
-                pass
+        number = _as_float(value)
         if number is not None:
             # .inf and .nan pass every `x > 0` or `x < 1` a setting is checked with, then
             # surface as a NaN loss or a verdict "within inf": no setting here means either.
@@ -492,6 +501,21 @@ def _build(tp, value: Any, path: str):
     elif tp is Any:
         return value
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _as_float(value: Any) -> float | None:
+    """A number (not a bool) or a numeric string as a float, else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an integer of 309 digits or more
+            return math.inf
+    if isinstance(value, str):  # YAML 1.1 reads "1e-5" as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return None
 
 
 def _build_component(registry: Registry, value: Any, path: str) -> Settings:
@@ -876,6 +900,37 @@ def _check_task_key(key: str, task: str, tasks: list[str]) -> None:
         raise ConfigError(f"{key}.{task}: '{task}' is not one of tasks {tasks}{did_you_mean(task, tasks, cutoff=0.5)}")
 
 
+def check_heads(cfg: Config) -> None:
+    """A cosine head scores two sentence vectors on a scale: only a bi-encoded regression pair has
+    one. Run by validate and by MultitaskModel (which may be handed a config built by hand)."""
+    from mtbert.tasks import get_task
+
+    if cfg.sts.head in COSINE_HEADS and (cfg.pairs.encoding != "bi" or "sts" not in cfg.tasks):
+        raise ConfigError("sts.head: cosine needs pairs.encoding: bi (two sentence vectors) and the sts task")
+    for t in cfg.tasks:
+        if cfg.task_head(t) not in COSINE_HEADS:
+            continue
+        key = f"task_options.{t}.head" if t in cfg.task_options and cfg.task_options[t].head else "sts.head"
+        task = get_task(t)
+        if not task.pair or task.kind != "regression":
+            raise ConfigError(f"{key}: cosine scores a sentence pair on a scale; '{t}' is a "
+                              f"{task.kind}{' pair' if task.pair else ' single-sentence'} task")
+        if cfg.pairs.encoding != "bi":
+            raise ConfigError(f"{key}: cosine needs pairs.encoding: bi (two sentence vectors)")
+
+
+def check_depth(cfg: Config, n_layers: int) -> None:
+    """The keys that count encoder layers, against the encoder's depth L: known only once the
+    encoder's config is read (mtbert/model/encoder.py), so not part of validate."""
+    k = cfg.sharing.encoder_shared_layers
+    if k is not None and k > n_layers:
+        raise ConfigError(f"sharing.encoder_shared_layers: {k} > {n_layers} layers of "
+                          f"'{cfg.model.name_or_path}'")
+    if cfg.freeze.layers > n_layers:
+        raise ConfigError(f"freeze.layers: {cfg.freeze.layers} > {n_layers} layers of "
+                          f"'{cfg.model.name_or_path}'")
+
+
 def validate(cfg: Config) -> None:
     """Every check of a resolved config, each written beside the keys it checks; reads only."""
     from mtbert.tasks import TASKS
@@ -888,7 +943,7 @@ def validate(cfg: Config) -> None:
                               f"known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")
-    cfg.sharing.check(cfg)
+    cfg.sharing.check(cfg.tasks, cfg.pairs.encoding)
     cfg.heads.check(cfg.tasks)
     for t, opts in cfg.task_options.items():
         _check_task_key("task_options", t, cfg.tasks)

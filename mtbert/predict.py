@@ -30,7 +30,7 @@ class TaskPredictions:
 
 
 def _examples(cfg, task: str, split: str, as_trained: bool):
-    from mtbert.data.readers import _cap, read_split
+    from mtbert.data.readers import cap_examples, read_split
     from mtbert.data.types import Example
     from mtbert.errors import DataError
 
@@ -50,7 +50,7 @@ def _examples(cfg, task: str, split: str, as_trained: bool):
         raise DataError(f"{bad.summary()}; a prediction file needs every row: fix it "
                         f"(or --as-trained on dev scores the rows the run read)")
     if split == "dev" and as_trained:
-        examples = _cap(examples, cfg.data.max_dev_examples, "data.max_dev_examples")
+        examples = cap_examples(examples, cfg.data.max_dev_examples, "data.max_dev_examples")
     return examples, bad.file
 
 

@@ -61,16 +61,11 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         optional = set() if named_id else {id_name}
         if not labels_required:
             optional.add(names[2])
-        absent: dict[str, int] = {}  # JSONL: column -> objects without it
-        objects, keys_seen = 0, []
+        columns_seen = _ColumnsSeen([n for n in (*names, id_name) if n is not None and n not in optional])
         for line, fields in _records(path, fmt, (*names, id_name), optional):
             bad.rows_read += 1
             if fmt == "jsonl" and BAD_JSON not in fields:
-                objects += 1
-                keys_seen = keys_seen or list(fields)
-                for name in (*names, id_name):
-                    if name is not None and name not in optional and name not in fields:
-                        absent[name] = absent.get(name, 0) + 1
+                columns_seen.add(fields)
             example, reason, detail = _to_example(fields, names, task, labels_required)
             if example is not None:
                 examples.append(_with_id(example, fields, id_name, line))
@@ -82,11 +77,31 @@ def read_examples(path: str | Path, task: TaskSpec, fmt: str = "auto",
         raise DataError(f"{path}: not UTF-8 text") from None
     except csv.Error as exc:
         raise DataError(f"{path}: unreadable ({exc})") from None
-    for name, n in absent.items():
-        if objects and n == objects:  # a wrong column map, not a few malformed rows
-            raise DataError(f"{path}: column '{name}' missing from every row "
-                            f"(keys: {', '.join(map(str, keys_seen))}); set its columns map")
+    columns_seen.check(path)
     return examples, bad
+
+
+class _ColumnsSeen:
+    """JSONL: the objects read and, of each required column, how many lacked it. A column that
+    every object lacks is a wrong column map, not a few malformed rows: one error, not a file
+    of bad rows."""
+
+    def __init__(self, required: list[str]):
+        self.required, self.objects, self.keys = required, 0, []
+        self.absent: dict[str, int] = {}  # column -> objects without it
+
+    def add(self, fields: Fields) -> None:
+        self.objects += 1
+        self.keys = self.keys or list(fields)  # the first object's, for the message
+        for name in self.required:
+            if name not in fields:
+                self.absent[name] = self.absent.get(name, 0) + 1
+
+    def check(self, path: Path) -> None:
+        for name, n in self.absent.items():
+            if self.objects and n == self.objects:
+                raise DataError(f"{path}: column '{name}' missing from every row "
+                                f"(keys: {', '.join(map(str, self.keys))}); set its columns map")
 
 
 def detect_format(path: Path) -> str:
@@ -263,8 +278,8 @@ def load_splits(cfg: Config) -> tuple[dict[str, tuple[list[Example], list[Exampl
         else:
             (train, bad_train), (dev, bad_dev) = (read_split(cfg, name, split) for split in ("train", "dev"))
             bad += [bad_train, bad_dev]
-        splits[name] = (_cap(train, cfg.data.max_train_examples, "data.max_train_examples"),
-                        _cap(dev, cfg.data.max_dev_examples, "data.max_dev_examples"))
+        splits[name] = (cap_examples(train, cfg.data.max_train_examples, "data.max_train_examples"),
+                        cap_examples(dev, cfg.data.max_dev_examples, "data.max_dev_examples"))
     return splits, bad
 
 
@@ -284,7 +299,7 @@ def _synthetic_splits(cfg: Config, task: TaskSpec) -> tuple[list[Example], list[
             make_synthetic(task, syn.dev_size, _stable_seed("dev", task.name, syn.seed)))
 
 
-def _split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, ColumnMap | None, str]:
+def split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, ColumnMap | None, str]:
     """(path, format, columns, config key naming the path) of one split."""
     if cfg.data.source == "cs224n" and task.name not in cfg.data.files:
         if not cfg.data.dir or not Path(cfg.data.dir).is_dir():
@@ -310,7 +325,7 @@ def input_files(cfg: Config) -> list[Path]:
     """The files load_splits reads (none for synthetic data), made absolute."""
     if cfg.data.source == "synthetic":
         return []
-    return [_split_file(cfg, get_task(t), split)[0].resolve() for t in cfg.tasks for split in ("train", "dev")]
+    return [split_file(cfg, get_task(t), split)[0].resolve() for t in cfg.tasks for split in ("train", "dev")]
 
 
 def resolve_files(cfg: Config) -> Config:
@@ -340,7 +355,7 @@ def resolve_files(cfg: Config) -> Config:
 def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
     """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
     task = get_task(task_name)
-    path, fmt, columns, key = _split_file(cfg, task, split)
+    path, fmt, columns, key = split_file(cfg, task, split)
     if not path.is_file():
         raise DataError(f"{key}: {path} not found")
     examples, bad = read_examples(path, task, fmt, columns, cfg.data.on_bad_row,
@@ -350,7 +365,7 @@ def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], 
     return examples, bad
 
 
-def _cap(examples: list[Example], limit: int | None, key: str) -> list[Example]:
+def cap_examples(examples: list[Example], limit: int | None, key: str) -> list[Example]:
     """The first `limit` of a fixed-seed shuffle, kept in file order. The seed is a constant,
     not train.seed: every trial of a sweep sees the same subset, and a random subset stays
     representative where the file's head may be sorted."""

@@ -42,13 +42,16 @@ def get_tokenizer(cfg: Config, texts: Iterable[str] = ()) -> PreTrainedTokenizer
     name = cfg.model.name_or_path
     if name == "tiny":
         return _tiny_tokenizer(list(texts), Path(cfg.data.cache_dir))
-    return _pretrained_tokenizer(name)
+    return pretrained_tokenizer(name)
 
 
 MIN_VOCAB = 100  # tokens of a pretrained tokenizer that is more than its special tokens
 
 
-def _pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
+def pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The fast tokenizer of `name` (a hub name or a local folder), or a DataError naming
+    model.name_or_path where it does not load, is not a fast one, has no padding token or no
+    vocabulary beyond its special tokens."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     source, kwargs = pretrained_source(name, DataError)
@@ -174,7 +177,7 @@ class LazyTokenizer:
 
     def loaded(self) -> PreTrainedTokenizerFast:
         if "_tokenizer" not in self.__dict__:
-            self._tokenizer = _pretrained_tokenizer(self.name)
+            self._tokenizer = pretrained_tokenizer(self.name)
         return self._tokenizer
 
     def __getattr__(self, attr: str):  # anything else: the tokenizer itself

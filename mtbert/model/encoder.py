@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtbert.config import Config, ConfigError
+from mtbert.config import Config, ConfigError, check_depth
 from mtbert.hub import pretrained_source
-from mtbert.model.sharing import check_depth
 
 
 def encoder_config(cfg: Config, vocab_size: int | None = None):

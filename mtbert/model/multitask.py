@@ -21,13 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mtbert.config import Config, ConfigError
+from mtbert.config import COSINE_HEADS, Config, ConfigError, check_depth, check_heads
 from mtbert.data.types import Batch, Encoded
 from mtbert.model.bert import additive_mask
 from mtbert.model.dropout import cheapen
 from mtbert.model.encoder import load_encoder
 from mtbert.model.heads import Heads
-from mtbert.model.sharing import check_depth, check_heads
 from mtbert.tasks import TaskSpec, get_task
 
 
@@ -135,6 +134,21 @@ def call_cost(setting: bool | None, hidden: int, device: torch.device) -> float:
     return CALL_COST_AT_384 * (384 / hidden) ** 2
 
 
+def _checked_encoder(cfg: Config, vocab_size: int | None, architecture) -> nn.Module:
+    """The encoder (model/encoder.py), refused when the tokenizer's ids run past its embedding
+    table, and made cheaper to train (model/dropout.py)."""
+    enc = load_encoder(cfg, vocab_size, architecture=architecture)
+    table = getattr(enc.config, "vocab_size", None)
+    if vocab_size is not None and isinstance(table, int) and vocab_size > table:
+        # Ids past the embedding table would fail deep in the first batch: the tokenizer is
+        # another model's (copied from elsewhere, or the wrong folder).
+        raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}': its tokenizer has {vocab_size:,} "
+                          f"tokens but the encoder embeds {table:,}; the tokenizer files "
+                          "are another model's")
+    cheapen(enc)
+    return enc
+
+
 class MultitaskModel(nn.Module):
     def __init__(self, cfg: Config, vocab_size: int | None = None, pad_token_id: int = 0,
                  encoder_architecture=None):
@@ -142,11 +156,11 @@ class MultitaskModel(nn.Module):
         self.tasks: list[TaskSpec] = [get_task(t) for t in cfg.tasks]
         self.encoding = cfg.pairs.encoding
         # The config's own checks (a config built by hand has not been through them).
-        cfg.sharing.check(cfg)
+        cfg.sharing.check(cfg.tasks, cfg.pairs.encoding)
         check_heads(cfg)
         # Tasks whose head is the cosine of the two sentence vectors (task_options.<t>.head,
         # or sts.head for sts): bi-encoded regression pairs, as check_heads made sure.
-        self.cosine_tasks = {t for t in cfg.tasks if cfg.task_head(t) in ("cosine", "cosine_mlp")}
+        self.cosine_tasks = {t for t in cfg.tasks if cfg.task_head(t) in COSINE_HEADS}
         self.cosine_mlp_tasks = {t for t in cfg.tasks if cfg.task_head(t) == "cosine_mlp"}
         self.sts_cosine = "sts" in self.cosine_tasks
         self.pad_token_id = pad_token_id
@@ -154,15 +168,31 @@ class MultitaskModel(nn.Module):
         self.call_cost: float | None = None  # overrides the setting (tests, bench)
 
         # encoder_architecture: build from this transformers config, weights random (a bundle).
-        enc = load_encoder(cfg, vocab_size, architecture=encoder_architecture)
-        table = getattr(enc.config, "vocab_size", None)
-        if vocab_size is not None and isinstance(table, int) and vocab_size > table:
-            # Ids past the embedding table would fail deep in the first batch: the tokenizer is
-            # another model's (copied from elsewhere, or the wrong folder).
-            raise ConfigError(f"model.name_or_path: '{cfg.model.name_or_path}': its tokenizer has {vocab_size:,} "
-                              f"tokens but the encoder embeds {table:,}; the tokenizer files "
-                              "are another model's")
-        cheapen(enc)
+        enc = _checked_encoder(cfg, vocab_size, encoder_architecture)
+        # The submodules in this order, which is their order in the state dict (and the order
+        # their random initialisation draws in): the encoder's parts, the pooled LayerNorm,
+        # PALs, pair projections, heads.
+        self._share_encoder(enc, cfg)
+        hidden = enc.config.hidden_size
+        self.pooled_norm = nn.LayerNorm(hidden, eps=1e-12) if cfg.heads.pooled_layernorm else nn.Identity()
+        self.pals = None
+        if cfg.sharing.pal_size > 0:
+            from mtbert.model.pal import ProjectedAttention, pal_heads
+            # As many heads as the encoder has, or the largest count that divides d_s.
+            heads = pal_heads(cfg.sharing.pal_size, enc.config.num_attention_heads)
+            self.pals = nn.ModuleDict({t.name: ProjectedAttention(hidden, cfg.sharing.pal_size, self.num_layers, heads)
+                                       for t in self.tasks})
+        self._add_heads(cfg, hidden)
+        self._freeze(cfg.freeze.layers)
+        self.train()  # frozen modules start in eval mode too
+        # Where the pretrained weights came from, and the frozen tensors as loaded: while none
+        # of them is written, a digest this process took of the same origin holds (frozen_digest).
+        self.weights_origin = getattr(enc, "mtbert_origin", None)
+        self.loaded_versions = self.frozen_versions()
+
+    def _share_encoder(self, enc: nn.Module, cfg: Config) -> None:
+        """The encoder's embeddings and first k layers, one module for every task; its other
+        layers (and its pooler, unless k = L) deep-copied per task."""
         self.hf_config = enc.config
         layers = list(enc.encoder.layer)
         self.num_layers = n = len(layers)
@@ -188,16 +218,9 @@ class MultitaskModel(nn.Module):
                 pooler = Pooler(enc.config)
             # The pooler sits above layer L: shared only when every layer is (1-bert).
             self.poolers.update({t: pooler if k == n else copy.deepcopy(pooler) for t in names})
-        hidden = enc.config.hidden_size
-        self.pooled_norm = nn.LayerNorm(hidden, eps=1e-12) if cfg.heads.pooled_layernorm else nn.Identity()
-        self.pals = None
-        if cfg.sharing.pal_size > 0:
-            from mtbert.model.pal import ProjectedAttention, pal_heads
-            # As many heads as the encoder has, or the largest count that divides d_s.
-            heads = pal_heads(cfg.sharing.pal_size, enc.config.num_attention_heads)
-            self.pals = nn.ModuleDict({t: ProjectedAttention(hidden, cfg.sharing.pal_size, n, heads)
-                                       for t in names})
 
+    def _add_heads(self, cfg: Config, hidden: int) -> None:
+        """The pair projections and the task heads (model/heads.py), with their input widths."""
         # Bi-encoded pairs: [u, v, |u-v|, u*v] (hybrid-bert-layer-sharing.txt) projected back
         # to the hidden width so that S head layers can be shared with single-sentence tasks.
         self.pair_proj = nn.ModuleDict({
@@ -211,6 +234,7 @@ class MultitaskModel(nn.Module):
             if t.name in self.cascade:
                 extra = sum(get_task(u).out_dim for u in self.cascade[: self.cascade.index(t.name)])
             in_dims[t.name] = hidden + extra
+        names = [t.name for t in self.tasks]
         dropout = {t: (cfg.heads.task_dropout or {}).get(t, cfg.heads.dropout) for t in names}
         width = cfg.heads.hidden or hidden
         try:
@@ -220,12 +244,6 @@ class MultitaskModel(nn.Module):
                                cfg.sharing.head_share_tasks)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        self._freeze(cfg.freeze.layers)
-        self.train()  # frozen modules start in eval mode too
-        # Where the pretrained weights came from, and the frozen tensors as loaded: while none
-        # of them is written, a digest this process took of the same origin holds (frozen_digest).
-        self.weights_origin = getattr(enc, "mtbert_origin", None)
-        self.loaded_versions = self.frozen_versions()
 
     # ------------------------------------------------------------------ structure
     def _freeze(self, n: int) -> None:

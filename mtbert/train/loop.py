@@ -3,6 +3,11 @@
 It knows nothing of Ray or MLflow. After each epoch it evaluates on dev and calls
 `reporter(metrics, checkpoint_dir)`; the orchestrator turns that into Tune reports and
 MLflow metrics, `mtbert train` into log lines.
+
+train() reads as the run goes: the setup phases (_setup: data, model, probe, frozen-layer
+cache, optimizer), the ledger of the epochs so far (fresh, or read back from a checkpoint by
+mtbert/train/state.py), then per epoch _epoch (its steps and its figures) and what the epoch
+leaves (_Outputs: best/, the resumable state, the report).
 """
 from __future__ import annotations
 
@@ -10,10 +15,7 @@ import copy
 import functools
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -24,7 +26,7 @@ import torch
 import yaml
 
 from mtbert import figures
-from mtbert.bundle import frozen_reference, load_stored, save_atomic, save_bundle, stored_state
+from mtbert.bundle import frozen_reference, save_bundle
 from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, strategy_of, task_schedule
 from mtbert.data.tokenize import Prepared, collate, pad_token_id, prepare
@@ -38,7 +40,7 @@ from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
 from mtbert.train import precision
 from mtbert.train.precision import autocast_for
-from mtbert.train.state import STATE_FILE, capture_rng, read_state, restore_rng, sampler_position
+from mtbert.train.state import load_training_state, report_epoch, restore_rng, save_last, take_best, training_state
 from mtbert.train.weighting import Weighting, make_weighting
 
 Reporter = Callable[[dict, "str | None"], None]
@@ -113,8 +115,27 @@ def make_optimizer(model: MultitaskModel, cfg: Config, extra: list[torch.nn.Para
     # fused: one kernel per parameter for the whole AdamW update, where the for-loop version
     # makes a fresh temporary (sqrt, div) the size of each parameter at every step. On MiniLM
     # that is the 30522 x 384 word-embedding matrix, whose update took a quarter of a CPU step.
+    fused = all(fused_adamw(kind) for kind in {p.device.type for ps in groups.values() for p in ps})
     return torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
-                              for (lr, wd), ps in groups.items()], lr=cfg.optim.lr, fused=True)
+                              for (lr, wd), ps in groups.items()], lr=cfg.optim.lr, fused=True if fused else None)
+
+
+@functools.cache
+def fused_adamw(device_type: str) -> bool:
+    """Whether the installed torch runs AdamW's fused kernel on this kind of device. pyproject
+    admits torch >= 2.1, whose fused AdamW is CUDA-only (CPU came in 2.4; which devices have
+    it is torch's to say and has changed from release to release), and `fused=True` elsewhere
+    raises at construction: so it is tried once per process and device type on a one-element
+    parameter (a step included, in case a kernel is missing only there), and where it fails
+    the optimizer keeps torch's default implementation. Nothing here draws from a generator."""
+    try:
+        p = torch.zeros(1, device=device_type, requires_grad=True)
+        optimizer = torch.optim.AdamW([p], fused=True)
+        p.grad = torch.zeros_like(p)
+        optimizer.step()
+    except (RuntimeError, NotImplementedError, ValueError):
+        return False
+    return True
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
@@ -210,206 +231,320 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
            log: Callable[[str], None] | None, progress) -> Result:
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
-    device = measure.pick_device(cfg.train.device)
-    _, autocast = autocast_for(cfg.train.precision, device)
-    # Where the run computes and in what: every report names them (a sweep tags its trials so).
-    where = {"device": measure.device_name(device), "precision": precision.label(cfg.train.precision, device)}
-    phase = measure.Phases(device)
-
-    with phase("data"):
-        prepared = prepared or prepare(cfg, log=log)
-    tok = prepared.tokenizer
-    pad_id = pad_token_id(tok)
-    with phase("model"):
-        model = MultitaskModel(cfg, vocab_size=len(tok), pad_token_id=pad_id).to(device)
     # A resumed run's state already holds the probed heads (and the probe's time and FLOPs).
-    probed = None
-    if cfg.train.probe and resume_from is None:
-        with phase("probe"):
-            probed = _probe(model, cfg, prepared, log)
-    with phase("cache"):
-        cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, log)
-    start = cache.start if cache is not None else 0
-    with phase("model"):
-        weighting = make_weighting(cfg, device)
-        optimizer = make_optimizer(model, cfg, weighting.parameters())
-        shared = model.shared_parameters()
-        params_total, params_trainable = count_params(model)
-        size_mb = model_size_mb(model)
-
-    sizes = {t: len(ds) for t, ds in prepared.train.items()}
-    n_steps = steps_per_epoch(cfg, sizes)
-    accum = cfg.train.grad_accum
-    scheduler = make_scheduler(optimizer, cfg, math.ceil(n_steps / accum) * cfg.train.epochs)
-
-    history: list[dict] = []
-    timer = measure.StepTimer(device)
-    # The cached frozen layers ran forward once over the training data, whether this run built
-    # the blocks or read what another run of the same weights stored: counted once, here.
-    setup_flops = model.frozen_flops(prepared.train.values(), start) if cache is not None else 0
-    start_epoch, flops = 1, setup_flops
-    # The fine-tuned row pays for its probe's steps, and says where the probe left it.
-    start_from = {}
-    if probed is not None:
-        timer.elapsed = probed["train_time_s"]
-        flops, setup_flops = flops + probed["train_flops"], setup_flops + probed["train_flops"]
-        start_from = {"probe_overall": probed["overall"]}
-    saves_state = cfg.train.save_checkpoint and (output_dir is not None or reporter is not None)
-    # The frozen tensors, when a pretrained model holds them, are named in the resumable state
-    # rather than stored (mtbert/bundle.py): the run that resumes builds them from that model.
-    with phase("checkpoint"):
-        reference = frozen_reference(model, cfg) if saves_state else None
-    rng_state = None
-    if resume_from is not None:
-        state = read_state(Path(resume_from) / STATE_FILE, device)
-        if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
-            load_stored(model, state["model"], state.get("frozen"), Path(resume_from) / STATE_FILE,
-                        cfg.model.name_or_path, "give model.name_or_path the weights the run started from, "
-                        "or train afresh")
-            optimizer.load_state_dict(state["optimizer"])
-            if "scheduler" in state:  # the resumed run continues on the same LR curve
-                scheduler.load_state_dict(state["scheduler"])
-            weighting.load_state_dict(state.get("weighting", {}))
-        history, timer.elapsed, start_epoch = state["history"], state["train_time_s"], state["epoch"] + 1
-        if history and "probe_overall" in history[0]:
-            start_from = {"probe_overall": history[0]["probe_overall"]}
-        flops = history[-1].get("train_flops", 0) if history else 0
-        setup_flops = history[-1].get("setup_flops", 0) if history else 0
-        rng_state = state.get("rng")
-        if output_dir is not None and (Path(resume_from) / "best").is_dir():
-            _take_best(Path(resume_from) / "best", Path(output_dir) / "best")
-        log(f"resumed from {resume_from} at epoch {start_epoch}")
-
-    # Shares of each task's training rows and tokens that max_length cut: reported every
-    # epoch, so a sweep's MLflow runs carry them like any figure.
-    trunc = {}
-    for t in prepared.truncation():
-        if t.split == "train":
-            trunc.update({f"trunc_rows_{t.task}": t.rows_cut / max(t.rows, 1),
-                          f"trunc_tokens_{t.task}": t.lost_share})
+    run, probed = _setup(cfg, prepared, log, probe=cfg.train.probe and resume_from is None)
+    out = _Outputs(run, reporter, output_dir)
+    if resume_from is None:
+        ledger, rng_state = _Ledger.fresh(run, probed), None
+    else:
+        ledger, rng_state = _resume(run, Path(resume_from), output_dir)
+        log(f"resumed from {resume_from} at epoch {ledger.next_epoch}")
     # Last before the first step: whatever ran since the seed (model init, data, the frozen
     # cache) drew from the generators differently on a resume; the steps now draw what they
     # would have. (PCGrad's own generator is in the weighting method's state.)
     restore_rng(rng_state)
-    with phase("model"):  # it collects what earlier runs of the process left
-        measure.reset_peak_memory(device)
-    # Checking finiteness needs a host sync; on CPU it is free, on GPU we batch the check.
-    check_every = 1 if device.type == "cpu" else 25
-    out_dir = Path(output_dir) if output_dir else None
-    bundle_saved = False  # by this call: a resumed run's best/ is a copy, rewritten whole once
-    # Every checkpoint carries the config; the same text each epoch.
-    config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False) if reporter is not None and saves_state else ""
+    with run.phase("model"):  # it collects what earlier runs of the process left
+        measure.reset_peak_memory(run.device)
+    history, patience = ledger.history, cfg.train.patience
     since_best = len(history) - 1 - figures.best_epoch_index(history) if history else 0
 
-    for epoch in range(start_epoch, cfg.train.epochs + 1):
-        if cfg.train.patience is not None and since_best >= cfg.train.patience:
+    for epoch in range(ledger.next_epoch, cfg.train.epochs + 1):
+        if patience is not None and since_best >= patience:
             break  # a resumed run that had already run out of patience
-        schedule = task_schedule(cfg.sampling.strategy, sizes, epoch, cfg.train.epochs, n_steps, cfg.train.seed)
-        iters = {t: TaskBatches(sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
-                 for t in cfg.tasks}
-        loss_sum = torch.zeros(len(cfg.tasks), device=device)
-        loss_cnt = torch.zeros(len(cfg.tasks), device=device)
-        weight_sum = torch.zeros(len(cfg.tasks), device=device)
-        recent: list[tuple[int, torch.Tensor, list[str]]] = []
-        points = StepLosses(cfg.tasks, cfg.train.log_every_steps, len(schedule), (epoch - 1) * n_steps)
-        seqs, pad_tokens, all_tokens, real_tokens = 0, 0, 0, 0
-        epoch_t0, epoch_flops0 = timer.elapsed, flops
-        if progress is not None:
-            progress.start_epoch()
-        with timer:
-            for step, step_tasks in enumerate(schedule, 1):
-                idx_of = [iters[t].next() for t in step_tasks]
-                batches = [_batch(prepared.train[t], idx, pad_id, cache) for t, idx in zip(step_tasks, idx_of)]
-                # Gradients of `accum` micro-batches add up to one optimizer step; each loss is
-                # scaled by its group's size, so the step sees their mean.
-                group = (step - 1) // accum
-                group_size = min(accum, len(schedule) - group * accum)
-                losses, raws, step_weights, packed = train_step(
-                    model, batches, idx_of, weighting, cfg, shared, autocast, cache, device,
-                    scale=1.0 / group_size)
-                if step == len(schedule) or step % accum == 0:
-                    _update(model, optimizer, scheduler, cfg)
-                real, done = model.layer_positions(packed, device, start)
-                pad_tokens += done - real
-                all_tokens += done
-                real_tokens += sum(packed.lengths)
-                # A gradient method's extra backward passes and solve count too (weighting/base.py).
-                flops += model.step_flops(packed, device, start) + weighting.extra_flops(model, packed, device, start)
-                for b, raw in zip(batches, raws):
-                    i = cfg.tasks.index(b.task)
-                    loss_sum[i] += raw
-                    loss_cnt[i] += 1
-                    weight_sum[i] += step_weights[b.task]
-                    seqs += len(b)
-                recent.append((step, losses, step_tasks))
-                points.step(step, loss_sum, loss_cnt)
-                if step % check_every == 0 or step == len(schedule):
-                    _check_finite(recent, epoch)
-                    recent.clear()
-                if progress is not None:
-                    progress.step(epoch, step, len(schedule), seqs, losses)
-        epoch_time = timer.elapsed - epoch_t0
-
-        with phase("eval"):
-            scores = evaluate(model, prepared.dev, cfg, device, pad_id, autocast, cache)
-        mean_loss = (loss_sum / loss_cnt.clamp(min=1)).tolist()
-        mean_weight, trained = (weight_sum / loss_cnt.clamp(min=1)).tolist(), loss_cnt.tolist()
-        weighting.end_epoch({t: mean_loss[i] for i, t in enumerate(cfg.tasks)})
-        m = {"epoch": epoch, **epoch_metrics(scores)}
-        m.update({f"loss_{t}": mean_loss[i] for i, t in enumerate(cfg.tasks)})
-        # The weighting method's effective weight of each task, averaged over its steps.
-        m.update({f"weight_{t}": mean_weight[i] for i, t in enumerate(cfg.tasks) if trained[i]})
-        # MFU counts the useful work only: the epoch's counted FLOPs less their padding share.
-        useful_flops = (flops - epoch_flops0) * (1 - pad_tokens / max(all_tokens, 1))
-        peak = measure.matmul_peak(device, precision.label(cfg.train.precision, device))
-        m.update(seq_per_s=seqs / max(epoch_time, 1e-9), pad_fraction=pad_tokens / max(all_tokens, 1),
-                 tokens_per_s=real_tokens / max(epoch_time, 1e-9), mfu=useful_flops / max(epoch_time, 1e-9) / peak,
-                 epoch_time_s=epoch_time, train_time_s=timer.elapsed, train_flops=flops, setup_flops=setup_flops,
-                 lr=scheduler.get_last_lr()[0], frozen_cache_s=cache_s,
-                 peak_memory_mb=measure.peak_memory_mb(device), model_size_mb=size_mb,
-                 params_total=params_total, params_trainable=params_trainable, **trunc, **start_from)
+        m, points = _epoch(run, ledger, epoch, progress)
         history.append(m)
         # The best epoch is the summary's (figures.py), so the bundle saved is the one it names.
         summary = figures.summary(history)
         if summary["best_epoch"] == epoch:
             since_best = 0
-            if out_dir is not None and cfg.train.save_checkpoint:
-                with phase("checkpoint"):
-                    # After this run's first save only the weights change.
-                    save_bundle(out_dir / "best", model, cfg, tok, weights_only=bundle_saved)
-                bundle_saved = True
+            out.save_best(run)
         else:
             since_best += 1
         m.update(best_overall=summary["overall"], best_epoch=summary["best_epoch"])
         if progress is not None:
             progress.end_epoch()
         log(_epoch_line(m, cfg))
-        state = None
-        out_of_patience = cfg.train.patience is not None and since_best >= cfg.train.patience
-        last = epoch == cfg.train.epochs or out_of_patience
-        with phase("checkpoint"):
-            if saves_state:
-                state = _state(model, reference, optimizer, scheduler, weighting, history, timer.elapsed,
-                               epoch, final=last and reporter is not None)
-            if out_dir is not None and state is not None and reporter is None:
-                (out_dir / "last").mkdir(parents=True, exist_ok=True)
-                save_atomic(state, out_dir / "last" / STATE_FILE)
-        if reporter is not None:
-            # The summary rides every report: a trial its scheduler stops never returns.
-            # The step points ride the report, not the history: results and checkpoints stay as they were.
-            _report(reporter, {**m, figures.SUMMARY_KEY: summary, figures.STEP_LOSSES: points.points,
-                               figures.WHERE_KEY: where}, state, config_text, out_dir, phase, timer.elapsed)
+        out_of_patience = patience is not None and since_best >= patience
+        out.end_epoch(run, ledger, epoch, epoch == cfg.train.epochs or out_of_patience, m, summary, points)
         if out_of_patience:
             log(f"no new best overall for {since_best} evaluations (train.patience): stopping; "
                 f"best epoch {summary['best_epoch']}")
             break
 
-    result = Result(figures.summary(history), history, to_dict(cfg), prepared.data_report(),
-                    [t.to_dict() for t in prepared.truncation()], model, phase.snapshot(timer.elapsed))
-    if out_dir is not None:
-        result.save(out_dir / "result.json")
+    result = Result(figures.summary(history), history, to_dict(cfg), run.prepared.data_report(),
+                    [t.to_dict() for t in run.prepared.truncation()], run.model,
+                    run.phase.snapshot(ledger.timer.elapsed))
+    if out.dir is not None:
+        result.save(out.dir / "result.json")
     return result
 
+
+# --------------------------------------------------------------------------- a run's parts
+
+@dataclass
+class _Run:
+    """What the setup phases build (_setup) and every epoch reads."""
+    cfg: Config
+    device: torch.device
+    autocast: Callable  # the context every forward enters (precision.autocast_for)
+    phase: measure.Phases  # wall seconds per phase, reported with every epoch
+    prepared: Prepared
+    pad_id: int
+    model: MultitaskModel
+    cache: FrozenCache | None  # the frozen layers' outputs, computed once (train/frozen.py)
+    cache_s: float  # seconds this run spent computing them (0 when read from disk)
+    weighting: Weighting
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    shared: list[torch.nn.Parameter]  # what the tasks share, for the weighting methods that need it
+    sizes: dict[str, int]  # training rows per task
+    n_steps: int  # steps per epoch
+    size: dict  # model_size_mb, params_total, params_trainable: the same every epoch
+    truncated: dict  # trunc_rows_<task>, trunc_tokens_<task>: the same every epoch
+
+    @property
+    def start(self) -> int:
+        """The encoder layer the training forwards start from: above the cached frozen ones."""
+        return self.cache.start if self.cache is not None else 0
+
+
+@dataclass
+class _Ledger:
+    """What the epochs so far add up to: what a resume reads back from the state."""
+    timer: measure.StepTimer  # the training steps' time, evaluation and checkpoints excluded
+    history: list[dict] = field(default_factory=list)  # one row of figures per epoch
+    flops: int = 0  # training FLOPs so far, setup_flops included
+    setup_flops: int = 0  # the frozen layers' one forward and the probe's steps
+    start_from: dict = field(default_factory=dict)  # where the probe left a fine-tuned run
+    next_epoch: int = 1
+
+    @classmethod
+    def fresh(cls, run: _Run, probed: dict | None) -> _Ledger:
+        # The cached frozen layers ran forward once over the training data, whether this run built
+        # the blocks or read what another run of the same weights stored: counted once, here.
+        setup = run.model.frozen_flops(run.prepared.train.values(), run.start) if run.cache is not None else 0
+        if probed is None:
+            return cls(measure.StepTimer(run.device), flops=setup, setup_flops=setup)
+        # The fine-tuned row pays for its probe's steps, and says where the probe left it.
+        setup += probed["train_flops"]
+        return cls(measure.StepTimer(run.device, probed["train_time_s"]), flops=setup, setup_flops=setup,
+                   start_from={"probe_overall": probed["overall"]})
+
+    @classmethod
+    def from_state(cls, state: dict, device: torch.device) -> _Ledger:
+        history = state["history"]
+        last = history[-1] if history else {}
+        probe = {"probe_overall": history[0]["probe_overall"]} if history and "probe_overall" in history[0] else {}
+        return cls(measure.StepTimer(device, state["train_time_s"]), history, last.get("train_flops", 0),
+                   last.get("setup_flops", 0), probe, state["epoch"] + 1)
+
+
+def _setup(cfg: Config, prepared: Prepared | None, log, probe: bool) -> tuple[_Run, dict | None]:
+    """The setup phases, each timed under its name: data, model (then the probe and the
+    frozen-layer cache, which start from it), optimizer. Returns the run and, with `probe`,
+    the probe's final figures."""
+    device = measure.pick_device(cfg.train.device)
+    _, autocast = autocast_for(cfg.train.precision, device)
+    phase = measure.Phases(device)
+    with phase("data"):
+        prepared = prepared or prepare(cfg, log=log)
+    pad_id = pad_token_id(prepared.tokenizer)
+    with phase("model"):
+        model = MultitaskModel(cfg, vocab_size=len(prepared.tokenizer), pad_token_id=pad_id).to(device)
+    probed = None
+    if probe:
+        with phase("probe"):
+            probed = _probe(model, cfg, prepared, log)
+    with phase("cache"):
+        cache, cache_s = _frozen_cache(model, prepared, cfg, pad_id, device, autocast, log)
+    with phase("model"):
+        weighting = make_weighting(cfg, device)
+        optimizer = make_optimizer(model, cfg, weighting.parameters())
+        shared = model.shared_parameters()
+        params_total, params_trainable = count_params(model)
+        size = {"model_size_mb": model_size_mb(model), "params_total": params_total,
+                "params_trainable": params_trainable}
+    sizes = {t: len(ds) for t, ds in prepared.train.items()}
+    n_steps = steps_per_epoch(cfg, sizes)
+    scheduler = make_scheduler(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
+    return _Run(cfg, device, autocast, phase, prepared, pad_id, model, cache, cache_s, weighting, optimizer,
+                scheduler, shared, sizes, n_steps, size, _truncated(prepared)), probed
+
+
+def _truncated(prepared: Prepared) -> dict[str, float]:
+    """Shares of each task's training rows and tokens that max_length cut: reported every
+    epoch, so a sweep's MLflow runs carry them like any figure."""
+    trunc = {}
+    for t in prepared.truncation():
+        if t.split == "train":
+            trunc.update({f"trunc_rows_{t.task}": t.rows_cut / max(t.rows, 1),
+                          f"trunc_tokens_{t.task}": t.lost_share})
+    return trunc
+
+
+def _resume(run: _Run, folder: Path, output_dir: str | Path | None) -> tuple[_Ledger, dict | None]:
+    """Continue from the resumable state in `folder`: its weights, optimizer, scheduler and
+    weighting states loaded into the run, its epochs as the ledger, its best/ as output_dir's.
+    Returns the ledger and the generators' states to put back before the first step."""
+    state = load_training_state(folder, run.device, run.model, run.optimizer, run.scheduler, run.weighting,
+                                run.cfg.model.name_or_path)
+    if output_dir is not None and (folder / "best").is_dir():
+        take_best(folder / "best", Path(output_dir) / "best")
+    return _Ledger.from_state(state, run.device), state.get("rng")
+
+
+class _Outputs:
+    """Where a run's epochs go: the output folder (best/ at every new best epoch; last/, the
+    resumable state, when no reporter takes it) and the reporter (a sweep trial's Tune)."""
+
+    def __init__(self, run: _Run, reporter: Reporter | None, output_dir: str | Path | None):
+        cfg = run.cfg
+        self.reporter, self.dir = reporter, Path(output_dir) if output_dir else None
+        self.saves_state = cfg.train.save_checkpoint and (output_dir is not None or reporter is not None)
+        # The frozen tensors, when a pretrained model holds them, are named in the resumable state
+        # rather than stored (mtbert/bundle.py): the run that resumes builds them from that model.
+        with run.phase("checkpoint"):
+            self.reference = frozen_reference(run.model, cfg) if self.saves_state else None
+        # Every checkpoint carries the config; the same text each epoch.
+        reported = reporter is not None and self.saves_state
+        self.config_text = yaml.safe_dump(to_dict(cfg), sort_keys=False) if reported else ""
+        # Where the run computes and in what: every report names them (a sweep tags its trials so).
+        self.where = {"device": measure.device_name(run.device),
+                      "precision": precision.label(cfg.train.precision, run.device)}
+        self.bundle_saved = False  # by this call: a resumed run's best/ is a copy, rewritten whole once
+
+    def save_best(self, run: _Run) -> None:
+        if self.dir is None or not run.cfg.train.save_checkpoint:
+            return
+        with run.phase("checkpoint"):
+            # After this run's first save only the weights change.
+            save_bundle(self.dir / "best", run.model, run.cfg, run.prepared.tokenizer, weights_only=self.bundle_saved)
+        self.bundle_saved = True
+
+    def end_epoch(self, run: _Run, ledger: _Ledger, epoch: int, last: bool, m: dict, summary: dict,
+                  points: StepLosses) -> None:
+        """The resumable state after `epoch` (the `last` one's slim for a reporter) to last/, or
+        with the epoch's figures `m` to the reporter."""
+        state = None
+        with run.phase("checkpoint"):
+            if self.saves_state:
+                state = training_state(run.model, self.reference, run.optimizer, run.scheduler, run.weighting,
+                                       ledger.history, ledger.timer.elapsed, epoch,
+                                       final=last and self.reporter is not None)
+            if self.dir is not None and state is not None and self.reporter is None:
+                save_last(state, self.dir)
+        if self.reporter is not None:
+            # The summary rides every report: a trial its scheduler stops never returns. The step
+            # points ride the report, not the history: results and checkpoints stay as they were.
+            report = {**m, figures.SUMMARY_KEY: summary, figures.STEP_LOSSES: points.points,
+                      figures.WHERE_KEY: self.where}
+            report_epoch(self.reporter, report, state, self.config_text, self.dir, run.phase, ledger.timer.elapsed)
+
+
+# --------------------------------------------------------------------------- one epoch
+
+def _epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[dict, StepLosses]:
+    """Train epoch `epoch`, then evaluate on dev: the epoch's figures (its row of the history)
+    and the step-loss points of train.log_every_steps."""
+    time0, flops0 = ledger.timer.elapsed, ledger.flops
+    tally, points = _train_epoch(run, ledger, epoch, progress)
+    seconds = ledger.timer.elapsed - time0
+    with run.phase("eval"):
+        scores = evaluate(run.model, run.prepared.dev, run.cfg, run.device, run.pad_id, run.autocast, run.cache)
+    mean_loss, mean_weight, trained = tally.means()
+    run.weighting.end_epoch({t: mean_loss[i] for i, t in enumerate(run.cfg.tasks)})
+    m = {"epoch": epoch, **epoch_metrics(scores)}
+    m.update({f"loss_{t}": mean_loss[i] for i, t in enumerate(run.cfg.tasks)})
+    # The weighting method's effective weight of each task, averaged over its steps.
+    m.update({f"weight_{t}": mean_weight[i] for i, t in enumerate(run.cfg.tasks) if trained[i]})
+    # MFU counts the useful work only: the epoch's counted FLOPs less their padding share.
+    pad_share = tally.pad_tokens / max(tally.all_tokens, 1)
+    useful_flops = (ledger.flops - flops0) * (1 - pad_share)
+    peak = measure.matmul_peak(run.device, precision.label(run.cfg.train.precision, run.device))
+    m.update(seq_per_s=tally.seqs / max(seconds, 1e-9), pad_fraction=pad_share,
+             tokens_per_s=tally.real_tokens / max(seconds, 1e-9), mfu=useful_flops / max(seconds, 1e-9) / peak,
+             epoch_time_s=seconds, train_time_s=ledger.timer.elapsed, train_flops=ledger.flops,
+             setup_flops=ledger.setup_flops, lr=run.scheduler.get_last_lr()[0], frozen_cache_s=run.cache_s,
+             peak_memory_mb=measure.peak_memory_mb(run.device), **run.size, **run.truncated, **ledger.start_from)
+    return m, points
+
+
+@dataclass
+class _Tally:
+    """One epoch's running sums: per task (cfg.tasks' order) its training loss, steps and
+    effective weight, kept on the device so that a step adds no host sync; sequences and
+    token positions on the host."""
+    loss_sum: torch.Tensor
+    loss_cnt: torch.Tensor
+    weight_sum: torch.Tensor
+    seqs: int = 0
+    pad_tokens: int = 0  # positions the encoder layers computed on padding (after length buckets)
+    all_tokens: int = 0  # positions the encoder layers computed
+    real_tokens: int = 0  # the rows' real tokens
+
+    @classmethod
+    def zeros(cls, tasks: int, device: torch.device) -> _Tally:
+        return cls(*(torch.zeros(tasks, device=device) for _ in range(3)))
+
+    def add(self, tasks: list[str], batches: list[Batch], raws: list[torch.Tensor], weights: dict) -> None:
+        for b, raw in zip(batches, raws):
+            i = tasks.index(b.task)
+            self.loss_sum[i] += raw
+            self.loss_cnt[i] += 1
+            self.weight_sum[i] += weights[b.task]
+            self.seqs += len(b)
+
+    def means(self) -> tuple[list[float], list[float], list[float]]:
+        """Mean loss and mean effective weight per task, and each task's step count."""
+        return ((self.loss_sum / self.loss_cnt.clamp(min=1)).tolist(),
+                (self.weight_sum / self.loss_cnt.clamp(min=1)).tolist(), self.loss_cnt.tolist())
+
+
+def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[_Tally, StepLosses]:
+    """The training steps of `epoch`, timed by the ledger's timer, their FLOPs added to its count."""
+    cfg, device, accum = run.cfg, run.device, run.cfg.train.grad_accum
+    schedule = task_schedule(cfg.sampling.strategy, run.sizes, epoch, cfg.train.epochs, run.n_steps, cfg.train.seed)
+    iters = {t: TaskBatches(run.sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
+             for t in cfg.tasks}
+    tally = _Tally.zeros(len(cfg.tasks), device)
+    recent: list[tuple[int, torch.Tensor, list[str]]] = []
+    points = StepLosses(cfg.tasks, cfg.train.log_every_steps, len(schedule), (epoch - 1) * run.n_steps)
+    # Checking finiteness needs a host sync; on CPU it is free, on GPU we batch the check.
+    check_every = 1 if device.type == "cpu" else 25
+    if progress is not None:
+        progress.start_epoch()
+    with ledger.timer:
+        for step, step_tasks in enumerate(schedule, 1):
+            idx_of = [iters[t].next() for t in step_tasks]
+            batches = [_batch(run.prepared.train[t], idx, run.pad_id, run.cache) for t, idx in zip(step_tasks, idx_of)]
+            # Gradients of `accum` micro-batches add up to one optimizer step; each loss is
+            # scaled by its group's size, so the step sees their mean.
+            group = (step - 1) // accum
+            group_size = min(accum, len(schedule) - group * accum)
+            losses, raws, step_weights, packed = train_step(
+                run.model, batches, idx_of, run.weighting, cfg, run.shared, run.autocast, run.cache, device,
+                scale=1.0 / group_size)
+            if step == len(schedule) or step % accum == 0:
+                _update(run.model, run.optimizer, run.scheduler, cfg)
+            real, done = run.model.layer_positions(packed, device, run.start)
+            tally.pad_tokens += done - real
+            tally.all_tokens += done
+            tally.real_tokens += sum(packed.lengths)
+            # A gradient method's extra backward passes and solve count too (weighting/base.py).
+            ledger.flops += (run.model.step_flops(packed, device, run.start)
+                             + run.weighting.extra_flops(run.model, packed, device, run.start))
+            tally.add(cfg.tasks, batches, raws, step_weights)
+            recent.append((step, losses, step_tasks))
+            points.step(step, tally.loss_sum, tally.loss_cnt)
+            if step % check_every == 0 or step == len(schedule):
+                _check_finite(recent, epoch)
+                recent.clear()
+            if progress is not None:
+                progress.step(epoch, step, len(schedule), tally.seqs, losses)
+    return tally, points
+
+
+# --------------------------------------------------------------------------- the probe, the frozen cache
 
 def _probe(model: MultitaskModel, cfg: Config, prepared: Prepared, log) -> dict:
     """train.probe: train the heads on the frozen encoder for one pass over the training data
@@ -575,69 +710,3 @@ def _epoch_line(m: dict, cfg: Config) -> str:
     scores = " ".join(f"{get_task(t).metric_name}={m[get_task(t).metric_name]:.3f}" for t in cfg.tasks)
     return (f"epoch {m['epoch']}/{cfg.train.epochs}: {scores} overall={m['overall']:.3f} "
             f"| {m['seq_per_s']:.0f} seq/s, pad {m['pad_fraction']:.0%}, train {m['train_time_s']:.1f}s")
-
-
-def _take_best(kept: Path, best: Path) -> None:
-    """A resumed run continues from its checkpoint's best/, not from whatever its folder holds:
-    another node's trial folder has none, and after a stop the trainable left there a link into
-    the checkpoint, which a save must not write through (orchestration/run/trainable.py)."""
-    if best.is_symlink() or best.is_file():
-        best.unlink()
-    elif best.is_dir():
-        shutil.rmtree(best)
-    shutil.copytree(kept, best)
-
-
-def _state(model, reference: dict | None, optimizer, scheduler, weighting: Weighting, history, train_time,
-           epoch: int, final: bool = False) -> dict:
-    """Everything a resume needs to continue as if never stopped (mtbert/train/state.py). The
-    model's frozen tensors are named by `reference` when a pretrained model holds them
-    (mtbert/bundle.py). `final`: a sweep trial's last checkpoint, from which a resume trains no
-    epoch: history and counters only, without the model and optimizer (about three times the
-    model's size on the disk of every finished trial; best/ travels beside it)."""
-    state = {"history": history, "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
-             "sampler": sampler_position(epoch)}
-    if final:
-        state["final"] = True
-    else:
-        state.update({"model": stored_state(model, reference), "frozen": reference,
-                      "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                      "weighting": weighting.state_dict()})
-    return state
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:  # another filesystem, or one without hard links
-        shutil.copy2(src, dst)
-
-
-def _report(reporter: Reporter, m: dict, state: dict | None, config_text: str, out_dir: Path | None,
-            phase: measure.Phases, train_s: float) -> None:
-    """`config_text`: the run's config as YAML, kept in the checkpoint. `phase`: checkpoint for
-    the folder written here, report for the reporter's own time (in a sweep: Tune persisting
-    the folder and handing the report to the driver)."""
-    if state is None:
-        with phase("report"):
-            reporter({**m, "timings": phase.snapshot(train_s)}, None)
-        return
-    # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
-    # may never delete it, and there the driver does (orchestration/run/trainable.py).
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
-    try:
-        with phase("checkpoint"):
-            torch.save(state, tmp / STATE_FILE)
-            (tmp / "config.yaml").write_text(config_text)
-            # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
-            # the driver logs it to MLflow. Linked, not copied, where the folder allows: the
-            # reporter copies what it keeps, and save_bundle replaces files by a rename, never
-            # writing through a link.
-            if out_dir is not None and (out_dir / "best").is_dir():
-                shutil.copytree(out_dir / "best", tmp / "best", copy_function=_link_or_copy)
-        with phase("report"):  # the reporter persists the folder if it wants it
-            reporter({**m, "timings": phase.snapshot(train_s)}, str(tmp))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

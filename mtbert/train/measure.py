@@ -208,17 +208,26 @@ def _measure_peak(device: torch.device, precision: str) -> float:
     return 2 * n ** 3 / best
 
 
+# The CPU flags Linux lists (proc(5)): a kernel interface that stays put. torch tells only
+# through functions that are private (torch._C._cpu, torch.cpu._is_*) and move between
+# releases: torch 2.13's torch._C._cpu has none of the checks this module once called, so
+# there this file was already what decided.
+_CPUINFO = "/proc/cpuinfo"
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX): there autocast to bf16
-    runs matmuls several times faster than fp32; elsewhere it is emulated and slower."""
+    runs matmuls several times faster than fp32; elsewhere it is emulated and slower. Without
+    a /proc/cpuinfo (macOS, Windows), torch.cpu.get_capabilities() answers where this torch
+    has it (public in recent releases; it asks the CPU itself), else the answer is no."""
     try:
-        from torch._C import _cpu
-        return bool(_cpu._is_avx512_bf16_supported() or _cpu._is_amx_tile_supported())
-    except (ImportError, AttributeError):
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
+        with open(_CPUINFO) as f:
             flags = f.read()
         return "avx512_bf16" in flags or "amx_bf16" in flags
     except OSError:
+        pass
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if capabilities is None:
         return False
+    found = capabilities()
+    return bool(found.get("avx512_bf16") or found.get("amx_bf16"))

@@ -1,4 +1,6 @@
-"""What a checkpoint must hold beyond weights for a resumed run to equal an uninterrupted one.
+"""What a checkpoint must hold beyond weights for a resumed run to equal an uninterrupted one,
+and the I/O of it: the resumable state written after every epoch, read back on resume, and
+handed with the epoch's figures to a reporter.
 
 A run restarted from an epoch's checkpoint rebuilds its model from the seed (which consumes
 the generators differently from the original run) and then loads the weights. Dropout
@@ -10,11 +12,17 @@ saved are the next epoch and nothing else.
 """
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from mtbert.bundle import load_stored, save_atomic, stored_state
 
 STATE_FILE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
 
@@ -50,6 +58,33 @@ def sampler_position(epoch: int) -> dict:
     return {"next_epoch": epoch + 1}
 
 
+# --------------------------------------------------------------------------- the state's I/O
+
+def training_state(model, reference: dict | None, optimizer, scheduler, weighting, history: list[dict],
+                   train_time: float, epoch: int, final: bool = False) -> dict:
+    """Everything a resume needs to continue as if never stopped. The model's frozen tensors
+    are named by `reference` when a pretrained model holds them (mtbert/bundle.py). `final`: a
+    sweep trial's last checkpoint, from which a resume trains no epoch: history and counters
+    only, without the model and optimizer (about three times the model's size on the disk of
+    every finished trial; best/ travels beside it)."""
+    state = {"history": history, "train_time_s": train_time, "epoch": epoch, "rng": capture_rng(),
+             "sampler": sampler_position(epoch)}
+    if final:
+        state["final"] = True
+    else:
+        state.update({"model": stored_state(model, reference), "frozen": reference,
+                      "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                      "weighting": weighting.state_dict()})
+    return state
+
+
+def save_last(state: dict, out_dir: Path) -> None:
+    """`mtbert train --output`'s resumable state, out_dir/last/STATE_FILE, replaced by a rename:
+    a run killed while writing it keeps the previous epoch's."""
+    (out_dir / "last").mkdir(parents=True, exist_ok=True)
+    save_atomic(state, out_dir / "last" / STATE_FILE)
+
+
 def read_state(path: Path, device) -> dict:
     """The resumable state at `path`, or CheckpointUnreadable naming it: a file a kill cut
     short fails inside torch's reader (a zip without its directory, a pickle ending early)
@@ -65,3 +100,70 @@ def read_state(path: Path, device) -> dict:
     if not isinstance(state, dict) or "epoch" not in state:
         raise CheckpointUnreadable(f"{path}: unreadable (not a training state)")
     return state
+
+
+def load_training_state(folder: Path, device, model, optimizer, scheduler, weighting, source: str) -> dict:
+    """The state in `folder` (a checkpoint, or `--output`'s last/) read, and what it holds of the
+    model, optimizer, LR scheduler and loss weighting loaded into them; `source` is the
+    model.name_or_path whose weights the frozen tensors must be. Returns the state, whose
+    history, counters and RNG states the caller continues from."""
+    path = folder / STATE_FILE
+    state = read_state(path, device)
+    if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
+        load_stored(model, state["model"], state.get("frozen"), path, source,
+                    "give model.name_or_path the weights the run started from, or train afresh")
+        optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:  # the resumed run continues on the same LR curve
+            scheduler.load_state_dict(state["scheduler"])
+        weighting.load_state_dict(state.get("weighting", {}))
+    return state
+
+
+def take_best(kept: Path, best: Path) -> None:
+    """A resumed run continues from its checkpoint's best/, not from whatever its folder holds:
+    another node's trial folder has none, and after a stop the trainable left there a link into
+    the checkpoint, which a save must not write through (orchestration/run/trainable.py)."""
+    if best.is_symlink() or best.is_file():
+        best.unlink()
+    elif best.is_dir():
+        shutil.rmtree(best)
+    shutil.copytree(kept, best)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem, or one without hard links
+        shutil.copy2(src, dst)
+
+
+def report_epoch(reporter: Callable[[dict, str | None], None], metrics: dict, state: dict | None, config_text: str,
+           out_dir: Path | None, phase, train_s: float) -> None:
+    """Hand `reporter` an epoch's metrics (with the phase timings so far) and, when there is a
+    `state`, a checkpoint folder holding it. `config_text`: the run's config as YAML, kept in
+    the checkpoint. `phase` (measure.Phases): checkpoint for the folder written here, report
+    for the reporter's own time (in a sweep: Tune persisting the folder and handing the report
+    to the driver)."""
+    if state is None:
+        with phase("report"):
+            reporter({**metrics, "timings": phase.snapshot(train_s)}, None)
+        return
+    # In the run's folder, not the machine's temp: a sweep trial stopped inside the reporter
+    # may never delete it, and there the driver does (orchestration/run/trainable.py).
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
+    try:
+        with phase("checkpoint"):
+            torch.save(state, tmp / STATE_FILE)
+            (tmp / "config.yaml").write_text(config_text)
+            # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
+            # the driver logs it to MLflow. Linked, not copied, where the folder allows: the
+            # reporter copies what it keeps, and save_bundle replaces files by a rename, never
+            # writing through a link.
+            if out_dir is not None and (out_dir / "best").is_dir():
+                shutil.copytree(out_dir / "best", tmp / "best", copy_function=_link_or_copy)
+        with phase("report"):  # the reporter persists the folder if it wants it
+            reporter({**metrics, "timings": phase.snapshot(train_s)}, str(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -67,9 +67,9 @@ def _source(cfg, task, split: str) -> dict:
     if cfg.data.source == "synthetic":
         return {"generator": "mtbert.data.synthetic", "seed": cfg.data.synthetic.seed,
                 "size": getattr(cfg.data.synthetic, f"{split}_size")}
-    from mtbert.data.readers import _split_file
+    from mtbert.data.readers import split_file
 
-    return {"uri": str(_split_file(cfg, task, split)[0])}
+    return {"uri": str(split_file(cfg, task, split)[0])}
 
 
 def data_report(summary: dict) -> str:

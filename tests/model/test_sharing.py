@@ -146,3 +146,18 @@ def test_model_size_is_what_torch_save_writes_shared_tensors_once(shared, monkey
     torch.save(m.state_dict(), buf)
     monkeypatch.setattr(multitask, "_SIZES", None)  # measured here, not remembered from an earlier model
     assert multitask.model_size_mb(m) == buf.tell() / 2**20
+
+
+def test_the_sharing_section_imports_nothing_of_the_config():
+    """config imports sharing (SharingConfig is one of its sections), never the other way, not
+    even for type checking: the checks that read the rest of the config (check_heads,
+    check_depth) live in config."""
+    import ast
+    import inspect
+
+    import mtbert.model.sharing as sharing
+
+    tree = ast.parse(inspect.getsource(sharing))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    assert not {m for m in imported if m == "mtbert.config" or m.startswith("torch")}, imported

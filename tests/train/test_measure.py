@@ -64,3 +64,22 @@ def test_blocks_a_worker_keeps_mapped_count_in_its_next_runs_cpu_peak(tmp_path):
     measure.reset_peak_memory(CPU)
     without = measure.peak_memory_mb(CPU)
     assert with_blocks - without > 120, (with_blocks, without)
+
+
+def test_native_bf16_is_read_from_the_cpu_flags_and_elsewhere_from_torchs_public_answer(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    monkeypatch.setattr(measure, "_CPUINFO", str(cpuinfo))
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n")
+    assert measure.cpu_has_bf16()
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n")
+    assert measure.cpu_has_bf16()
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    assert not measure.cpu_has_bf16()
+    # No /proc/cpuinfo (macOS, Windows): torch.cpu.get_capabilities where this torch has it.
+    cpuinfo.unlink()
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True, "avx512_bf16": True}, raising=False)
+    assert measure.cpu_has_bf16()
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True}, raising=False)
+    assert not measure.cpu_has_bf16()
+    monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
+    assert not measure.cpu_has_bf16()

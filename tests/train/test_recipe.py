@@ -78,6 +78,31 @@ def test_head_and_encoder_groups_get_their_own_rates(tmp_path):
         assert all(rates[id(p)] == g["lr"] for p in g["params"])
 
 
+def test_adamw_is_fused_only_where_this_torch_runs_it(tmp_path, monkeypatch):
+    """torch 2.1-2.3 refuse fused=True for CPU parameters (CUDA only): there the optimizer is
+    torch's default AdamW, where a torch with the kernel gets the fused one."""
+    from mtbert.train import loop
+
+    model = MultitaskModel(_cfg(tmp_path), vocab_size=50)
+    loop.fused_adamw.cache_clear()
+    assert make_optimizer(model, _cfg(tmp_path)).defaults["fused"]  # torch 2.13 on a CPU: fused
+    real = torch.optim.AdamW
+
+    def cuda_only(params, *args, fused=None, **kwargs):  # torch 2.1's AdamW, for CPU parameters
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be CUDA, floating point Tensor")
+        return real(params, *args, fused=fused, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", cuda_only)
+    loop.fused_adamw.cache_clear()
+    try:
+        opt = make_optimizer(model, _cfg(tmp_path))
+        assert not opt.defaults["fused"]
+        opt.step()  # and it steps
+    finally:
+        loop.fused_adamw.cache_clear()  # what this process's torch really does is asked again
+
+
 def test_recipe_defaults_by_encoder_kind():
     tiny = build_config({})
     assert (tiny.optim.lr, tiny.optim.head_lr, tiny.optim.schedule) == (1e-3, 1e-3, "constant")
