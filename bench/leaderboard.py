@@ -133,8 +133,9 @@ def main() -> None:
                         help="also time mlflow.search_runs (the path of non-sqlite stores; slow)")
     args = parser.parse_args()
 
-    from orchestration.report.leaderboard import (build_table, child_runs, find_sweep, render, search_child_runs,
-                                           sort_table, sqlite_child_runs, table_keys)
+    from orchestration.report.leaderboard import render
+    from orchestration.report.reader import child_runs, find_sweep, search_child_runs, sqlite_child_runs
+    from orchestration.report.table import build_table, sort_table, table_keys
 
     with tempfile.TemporaryDirectory(prefix="mtbert-bench-board-") as tmp:
         db = Path(tmp) / "mlflow.db"

@@ -92,7 +92,7 @@ def reading_store(tracking_uri: str | None, through_mlflow: bool = True) -> str:
     --model models:/...), checked in one line; it is never created, migrated or written.
     `through_mlflow`: the command opens it with MLflow's client, which would create the tables
     a file lacks; leaderboard and importance read a sqlite store with SQL alone."""
-    from orchestration.report.leaderboard import check_sqlite_store, check_store_for_mlflow
+    from orchestration.report.reader import check_sqlite_store, check_store_for_mlflow
 
     uri = _existing_store(tracking_uri)
     if uri.startswith("sqlite:///"):
@@ -220,10 +220,44 @@ def _ray_options(p: argparse.ArgumentParser, dashboard: str = "") -> None:
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+STORE_HELP = "MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)"
+
+
+def _reading_options(p: argparse.ArgumentParser, formats, default: str = "md", format_help: str | None = None,
+                     output: bool = True, experiments: bool = False) -> None:
+    """The options every reading command (leaderboard, importance, best, findings) shares:
+    --experiment (one, required; `experiments`: repeatable, default every one), --sweep (one
+    experiment's), --format (`formats`), --output (with `output`) and --tracking-uri."""
+    if experiments:
+        p.add_argument("--experiment", action="append", default=[],
+                       help="MLflow experiment to read (repeatable; default: every experiment in the store)")
+    else:
+        p.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
+        p.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
+    p.add_argument("--format", default=default, choices=list(formats), help=format_help)
+    if output:
+        p.add_argument("--output", help="write the table here instead of stdout")
+    p.add_argument("--tracking-uri", help=STORE_HELP)
+
+
+def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
     sweep = subparsers.add_parser("sweep", help="run or resume a sweep (Ray Tune + MLflow)")
     sweep_sub = sweep.add_subparsers(dest="sweep_command", required=True)
+    _add_sweep_run(sweep_sub)
+    _add_sweep_plan(sweep_sub)
+    _add_sweep_resume(sweep_sub)
+    try:  # submit | status | stop: sweeps as Ray Jobs on a cluster
+        from orchestration.run.jobs import add_job_commands
+    except ImportError:
+        add_job_commands = None
+    from orchestration.run.slurm import add_slurm_command, slurm_status  # sweeps as SLURM batch jobs
 
+    if add_job_commands is not None:
+        add_job_commands(sweep_sub, batch_status=slurm_status)
+    add_slurm_command(sweep_sub)
+
+
+def _add_sweep_run(sweep_sub: argparse._SubParsersAction) -> None:
     run = sweep_sub.add_parser("run", help="run a sweep file")
     run.add_argument("file", help="sweep YAML, e.g. sweeps/smoke.yaml")
     _ray_options(run)
@@ -237,6 +271,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--storage", help="Ray Tune storage folder (default: <cwd>/runs)")
     run.set_defaults(func=cmd_sweep_run)
 
+
+def _add_sweep_plan(sweep_sub: argparse._SubParsersAction) -> None:
     plan = sweep_sub.add_parser("plan", help="what a sweep would run and its estimated time, without running it "
                                 "(no Ray, no MLflow)")
     plan.add_argument("file", help="sweep YAML, e.g. sweeps/smoke.yaml")
@@ -247,6 +283,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="no estimate: skip the short run of the first trial that measures its cost")
     plan.set_defaults(func=cmd_sweep_plan)
 
+
+def _add_sweep_resume(sweep_sub: argparse._SubParsersAction) -> None:
     resume = sweep_sub.add_parser("resume", help="continue a sweep whose driver died (or was stopped)")
     resume.add_argument("sweep", metavar="PATH_OR_NAME", help="runs/<name> or just <name>; with a dashboard "
                         "--address, the id of the job that ran it (or its folder as the head sees it); a SLURM "
@@ -269,65 +307,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     if python_option is not None:
         python_option(resume)
     resume.set_defaults(func=cmd_sweep_resume)
-    try:  # submit | status | stop: sweeps as Ray Jobs on a cluster
-        from orchestration.run.jobs import add_job_commands
-    except ImportError:
-        add_job_commands = None
-    from orchestration.run.slurm import add_slurm_command, slurm_status  # sweeps as SLURM batch jobs
 
-    if add_job_commands is not None:
-        add_job_commands(sweep_sub, batch_status=slurm_status)
-    add_slurm_command(sweep_sub)
+
+def _add_reading(subparsers: argparse._SubParsersAction) -> None:
+    """leaderboard, importance, best and findings: the commands that read a store."""
+    from orchestration.report.export import FORMATS, MARKDOWN_FORMATS  # light: no pandas, no MLflow
 
     board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")
-    board.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
-    board.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
-    board.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
+    _reading_options(board, FORMATS)
     board.add_argument("--sort", default="overall", help="column to sort by (baseline stays first)")
     board.add_argument("--columns", metavar="KEY,KEY,...",
                        help="the printed table's columns, by the csv's names (e.g. overall,sst_acc,model_size_mb,"
                        "tm_relative_score_compute); the row's regime label always comes first "
                        "(default: every column; latex: those that fit a page)")
-    board.add_argument("--output", help="write the table here instead of stdout")
     board.add_argument("--plot", help="Pareto plot PNG (default: next to --output, else runs/<experiment>-pareto.png)")
-    board.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     board.set_defaults(func=cmd_leaderboard)
 
     imp = subparsers.add_parser("importance", help="which swept keys matter, per figure (fANOVA's share of the "
                                 "configurations' seed means, a permutation test against seed noise; two "
                                 "configurations: their paired difference)")
-    imp.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
-    imp.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
-    imp.add_argument("--format", default="md", choices=["md", "csv", "latex", "html"])
-    imp.add_argument("--output", help="write the table here instead of stdout")
+    _reading_options(imp, FORMATS)
     imp.add_argument("--plot", help="bar chart PNG (default: next to --output, else runs/<experiment>-importance.png)")
     imp.add_argument("--permutations", type=int, default=None,
                      help="shuffles of each key's levels for its p-value (default: importance.PERMUTATIONS, 999)")
-    imp.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     imp.set_defaults(func=cmd_importance)
 
     best = subparsers.add_parser("best", help="a sweep's best configuration (by its mean over seeds) and its "
                                  "best seed's model: run id, models:/ URI, registered version, bundle folder")
-    best.add_argument("--experiment", required=True, help="MLflow experiment (the sweep name by default)")
-    best.add_argument("--sweep", help="parent run id or name (default: the latest sweep with finished trials)")
-    best.add_argument("--format", default="text", choices=["text", "json"],
-                      help="text: comment lines, then one `mtbert predict --model ...` line per name of the model")
+    _reading_options(best, ("text", "json"), "text", output=False, format_help="text: comment lines, then one "
+                     "`mtbert predict --model ...` line per name of the model")
     best.add_argument("--include-reference", action="store_true",
                       help="let the frozen reference compete (by default a yardstick, never the best)")
-    best.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     best.set_defaults(func=cmd_best)
 
     found = subparsers.add_parser("findings", help="the papers' claims checked against the runs (paired by seed)")
     found.add_argument("files", nargs="*", metavar="SWEEP_FILE",
                        help="sweep files whose claims to judge (default: the claims the latest sweep of each "
                        "experiment logged with its parent run)")
-    found.add_argument("--experiment", action="append", default=[],
-                       help="MLflow experiment to read (repeatable; default: every experiment in the store)")
-    found.add_argument("--format", default="md", choices=["md", "csv"])
+    _reading_options(found, MARKDOWN_FORMATS, experiments=True)  # findings.FORMATS
     found.add_argument("--error-rate", choices=["family", "claim"], default=None,
                        help="family: the chance that any verdict of the table is wrong stays within 5%% (each of "
                        "its m claims at 5%%/m); claim: each verdict on its own at 5%% (default: the sweep files' "
                        "`verdicts.error_rate`, family unless they say otherwise)")
-    found.add_argument("--output", help="write the table here instead of stdout")
-    found.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db)")
     found.set_defaults(func=cmd_findings)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    _add_sweep(subparsers)
+    _add_reading(subparsers)

@@ -15,7 +15,7 @@ from mtbert.config import build_config, merge
 from mtbert.tasks import TASKS, TaskSpec, register_task
 from mtbert.train import loop
 from mtbert.train.precision import label
-from orchestration.report import leaderboard as board
+from orchestration.report import leaderboard, table as board
 from orchestration.sweep.load import load_sweep
 from orchestration.track import tracking
 
@@ -114,7 +114,7 @@ def test_a_figure_declared_once_is_searchable_logged_and_on_the_leaderboard(toy_
     assert "toy_margin" in board.table_keys(tags)[1]
     table = board.sort_table(board.build_table(runs, tags), "toy_margin")
     assert list(table["toy_margin"]) == [0.25, 0.125, 0.5]  # the baseline first, then by it, lowest first
-    text = board.render(table, "md")
+    text = leaderboard.render(table, "md")
     assert "Toy margin" in text and "0.1250" in text
 
 

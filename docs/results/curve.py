@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from orchestration.report.leaderboard import find_sweep
+from orchestration.report.reader import find_sweep
 
 COLUMNS = [("overall", "Overall"), ("sst_acc", "SC acc."), ("para_acc", "PD acc."), ("sts_corr", "STS corr.")]
 

@@ -119,7 +119,7 @@ def best_model(uri: str, experiment: str, sweep: str | None = None, say=None,
     `mtbert best --format json` prints); the frozen reference only with `include_reference`."""
     from mlflow.tracking import MlflowClient
 
-    from orchestration.report.leaderboard import find_sweep
+    from orchestration.report.reader import find_sweep
     from orchestration.sweep.labels import REFERENCE
     from orchestration.track.models import best_configuration
 

@@ -1,7 +1,10 @@
-"""The printed formats of a table (md, latex, html), shared by the leaderboard and the
-importance table: each takes headers, rows of Cells and a caption, and writes the same table.
+"""The formats a report is written in, shared by the leaderboard, the importance table and the
+findings: FORMATS names each and its renderer, and a command's --format choices are its keys.
+
+    render("latex", Document(title, data=frame, tables=lambda: [Table(headers, rows, caption)]))
 
 - md: a GitHub table, the caption below it.
+- csv: the numbers as they are (the Document's `data`, a DataFrame), not the formatted cells.
 - latex: a `table*` float that builds with pdflatex as exported: ASCII only (every symbol as a
   LaTeX command), booktabs rules, shrunk to the text width only when wider (graphicx's
   \\resizebox), two-line headers, a short caption above and the legend as notes below; past
@@ -11,8 +14,9 @@ importance table: each takes headers, rows of Cells and a caption, and writes th
   caption first; intervals under their values, and a table wider than the window scrolls in
   its own box with the row names kept in view, so the page stays as wide as the window.
 
-A Cell's `aside` (an interval, a range, a count of seeds) is set smaller in print; `bold`
-marks the best value of its column.
+The printed formats (md, latex, html) take headers, rows of Cells and a caption, and write the
+same table. A Cell's `aside` (an interval, a range, a count of seeds) is set smaller in print;
+`bold` marks the best value of its column.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ import html
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Any, Callable
+
+from orchestration.errors import SweepError
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,17 @@ class Table:
     # The legend's entries: after the caption in md and HTML, as notes under a LaTeX table
     # (whose caption stays the one line above it).
     notes: tuple[str, ...] = ()
+    # Each column's alignment, l (left), c (centre) or r (right); empty: the `left` label
+    # columns left, the numbers right.
+    align: tuple[str, ...] = ()
 
     @property
     def legend(self) -> str:
         return " ".join([self.caption, *self.notes]).strip()
+
+    @property
+    def aligns(self) -> list[str]:
+        return list(self.align) or ["l"] * self.left + ["r"] * (len(self.headers) - self.left)
 
 
 # --------------------------------------------------------------------------- markdown
@@ -54,7 +68,7 @@ def markdown(table: Table) -> str:
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(cells) + " |"
-    align = ["---"] * table.left + ["---:"] * (len(table.headers) - table.left)
+    align = [{"l": "---", "c": ":-:", "r": "---:"}[a] for a in table.aligns]
     return "\n".join([line([h.replace("|", "\\|") for h in table.headers]), line(align),
                       *(line([cell(c) for c in row]) for row in table.rows), "", table.legend]) + "\n"
 
@@ -128,8 +142,9 @@ LATEX_MAX_COLUMNS = 9
 
 def _latex_tabular(table: Table, columns: list[int]) -> list[str]:
     """The tabular of these columns, shrunk to the text width only when wider."""
-    spec = "".join("l" if j < table.left else "r" for j in columns)
-    header = " & ".join(_latex_header(table.headers[j], "l" if j < table.left else "r") for j in columns)
+    aligns = table.aligns
+    spec = "".join(aligns[j] for j in columns)
+    header = " & ".join(_latex_header(table.headers[j], aligns[j]) for j in columns)
     return [r"\resizebox{\ifdim\width>\textwidth\textwidth\else\width\fi}{!}{%",
             rf"\begin{{tabular}}{{{spec}}}", r"\toprule", header + r" \\", r"\midrule",
             *(" & ".join(_latex_cell(row[j]) for j in columns) + r" \\" for row in table.rows),
@@ -195,21 +210,26 @@ tbody tr:nth-child(even), tbody tr:nth-child(even) td:first-child { background: 
 """
 
 
-def _html_cell(c: Cell, label: bool) -> str:
+# A cell's attributes by its column's alignment: the stylesheet sets numbers right.
+_HTML_ALIGN = {"l": ' class="label"', "c": ' style="text-align: center"', "r": ""}
+
+
+def _html_cell(c: Cell, align: str) -> str:
     text = html.escape(c.text)
     if c.bold:
         text = f"<strong>{text}</strong>"
     if c.aside:
         text += f' <span class="aside">{html.escape(c.aside)}</span>'
-    return f'<td class="label">{text}</td>' if label else f"<td>{text}</td>"
+    return f"<td{_HTML_ALIGN[align]}>{text}</td>"
 
 
 def html_table(table: Table) -> str:
-    def th(h: str, label: bool) -> str:
+    def th(h: str, align: str) -> str:
         text = "<br>".join(html.escape(x) for x in header_lines(h))
-        return f'<th class="label">{text}</th>' if label else f"<th>{text}</th>"
-    head = "".join(th(h, i < table.left) for i, h in enumerate(table.headers))
-    body = "".join("<tr>" + "".join(_html_cell(c, i < table.left) for i, c in enumerate(row)) + "</tr>\n"
+        return f"<th{_HTML_ALIGN[align]}>{text}</th>"
+    aligns = table.aligns
+    head = "".join(th(h, aligns[i]) for i, h in enumerate(table.headers))
+    body = "".join("<tr>" + "".join(_html_cell(c, aligns[i]) for i, c in enumerate(row)) + "</tr>\n"
                    for row in table.rows)
     return (f'<div class="scroll">\n<table class="{table.css}">\n<caption>{html.escape(table.legend)}</caption>\n'
             f"<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n</div>\n")
@@ -222,10 +242,48 @@ def html_page(title: str, tables: list[Table]) -> str:
             f"{heading}{''.join(html_table(t) for t in tables)}</body>\n</html>\n")
 
 
-def document(fmt: str, title: str, tables: list[Table], md_between: str = "") -> str:
-    """The tables in `fmt` (md, latex or html), md's joined by `md_between`."""
-    if fmt == "latex":
-        return latex_document(title, tables)
-    if fmt == "html":
-        return html_page(title, tables)
-    return md_between.join(markdown(t) for t in tables)
+# --------------------------------------------------------------------------- the formats
+
+@dataclass(frozen=True)
+class Document:
+    """What a format writes: the numbers as they are (`data`, a DataFrame: csv) or the printed
+    tables (md, latex, html), built by `tables` only when a printed format asks for them (a
+    csv needs none of their columns), under `title`; md joins its tables with `md_between`."""
+    title: str = ""
+    data: Any = None
+    tables: Callable[[], list[Table]] = list
+    md_between: str = ""
+
+
+def _md(doc: Document) -> str:
+    return doc.md_between.join(markdown(t) for t in doc.tables())
+
+
+def _csv(doc: Document) -> str:
+    return doc.data.to_csv(index=False)
+
+
+def _latex(doc: Document) -> str:
+    return latex_document(doc.title, doc.tables())
+
+
+def _html(doc: Document) -> str:
+    return html_page(doc.title, doc.tables())
+
+
+# The one list of formats: render() and every command's --format read it.
+FORMATS: dict[str, Callable[[Document], str]] = {"md": _md, "csv": _csv, "latex": _latex, "html": _html}
+# Of them, those of a table whose cells carry Markdown of their own (the findings' bold
+# verdicts): md, and its numbers as csv.
+MARKDOWN_FORMATS = ("md", "csv")
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise SweepError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+
+
+def render(fmt: str, doc: Document) -> str:
+    """The document in `fmt`, one of FORMATS (else one line naming them)."""
+    check_format(fmt)
+    return FORMATS[fmt](doc)

@@ -30,7 +30,7 @@ import pandas as pd
 
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
-from orchestration.report.leaderboard import _col
+from orchestration.report import export, reader
 from orchestration.report.verdicts import (INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, claim_alphas, decide,
                                     rate_caption, row)
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
@@ -43,16 +43,8 @@ def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str
     """Finished trial runs (not sweep parents nor configurations) of the named experiments (default: all), with
     an `experiment` column holding the experiment's name; only one sweep's with `parent_run_id`."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(uri)
-    found = {e.experiment_id: e.name for e in client.search_experiments(max_results=1000)}
-    if experiments:
-        missing = [e for e in experiments if e not in found.values()]
-        if missing:
-            raise SweepError(f"--experiment {missing[0]}: no such experiment in {uri}"
-                             + (f" (have: {', '.join(sorted(found.values()))})" if found else ""))
-        found = {i: n for i, n in found.items() if n in experiments}
+    found = {e.experiment_id: e.name for e in reader.experiments_named(reader.mlflow_client(uri), uri, experiments)}
     if not found:
         return pd.DataFrame()
     with fluent_tracking_uri(uri):
@@ -65,7 +57,7 @@ def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str
         return runs
     from orchestration.track.view import CONFIGURATION
 
-    runs = runs[~_col(runs, "tags.role").fillna("").isin(["sweep", CONFIGURATION])]
+    runs = runs[~reader.col(runs, "tags.role").fillna("").isin(["sweep", CONFIGURATION])]
     return runs.assign(experiment=runs["experiment_id"].map(found))
 
 
@@ -73,10 +65,8 @@ def _check_claimed_experiments(uri: str, claims: list[Claim]) -> None:
     """Sweep files' claims name their experiments. When the store holds none of them, every
     row would be "not run": the sweeps ran elsewhere (another --tracking-uri) or not yet, and
     that is one line. A store holding some of them is a study under way: the rest are not run."""
-    from mlflow.tracking import MlflowClient
-
     named = sorted({c.experiment for c in claims if c.experiment})
-    have = {e.name for e in MlflowClient(uri).search_experiments(max_results=1000)}
+    have = {e.name for e in reader.experiments_named(reader.mlflow_client(uri), uri)}
     if named and not set(named) & have:
         raise SweepError(f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)} of the claims "
                          f"{'are' if len(named) > 1 else 'is'} not in {uri}"
@@ -90,19 +80,10 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
     name their sweep files instead)."""
     import tempfile
 
-    from mlflow.tracking import MlflowClient
-
-    from orchestration.report.leaderboard import no_download_bar
-
-    client = MlflowClient(uri)
-    found = client.search_experiments(max_results=1000)
-    if experiments:
-        missing = sorted(set(experiments) - {e.name for e in found})
-        if missing:
-            raise SweepError(f"--experiment {missing[0]}: no such experiment in {uri}")
-        found = [e for e in found if e.name in experiments]
+    client = reader.mlflow_client(uri)
+    found = reader.experiments_named(client, uri, experiments)
     claims: list[Claim] = []
-    with no_download_bar():
+    with reader.no_download_bar():
         for experiment in sorted(found, key=lambda e: e.name):
             parents = client.search_runs([experiment.experiment_id], "tags.role = 'sweep' and tags.claims != '0'",
                                          order_by=["attributes.start_time DESC"], max_results=1)
@@ -123,15 +104,16 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
     keep = pd.Series(True, index=runs.index)
     if "role" not in selector:  # the yardsticks share keys with real rows (k = null): named only
-        keep &= ~_col(runs, "tags.role").isin(YARDSTICKS)
+        keep &= ~reader.col(runs, "tags.role").isin(YARDSTICKS)
     for key, want in selector.items():
         if key in ("experiment", "role"):
-            keep &= _col(runs, "experiment" if key == "experiment" else "tags.role").map(lambda v, w=want: v == w)
+            keep &= reader.col(runs, "experiment" if key == "experiment" else "tags.role").map(lambda v, w=want: v == w)
             continue
         # A weight mapping is spread over loss.weights.<task> params; MLflow params are text.
         wants = {f"{key}.{sub}": w for sub, w in want.items()} if isinstance(want, dict) else {key: want}
         for name, w in wants.items():
-            keep &= _col(runs, f"params.{name}").map(lambda v, w=w: isinstance(v, str) and same(parse_param(v), w))
+            keep &= reader.col(runs, f"params.{name}").map(lambda v, w=w: isinstance(v, str)
+                                                           and same(parse_param(v), w))
     return keep
 
 
@@ -143,8 +125,8 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
     col = f"metrics.{metric}"
     if hit.empty or col not in hit:
         return {}
-    hit = hit.assign(_parent=_col(hit, "tags.mlflow.parentRunId").fillna(""),
-                     _variant=_col(hit, "tags.variant").fillna(""))
+    hit = hit.assign(_parent=reader.col(hit, "tags.mlflow.parentRunId").fillna(""),
+                     _variant=reader.col(hit, "tags.variant").fillna(""))
     latest = hit.sort_values("start_time").iloc[-1]["_parent"]
     hit = hit[hit["_parent"] == latest]
     variants = sorted(hit["_variant"].unique())
@@ -174,7 +156,7 @@ def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any]) -> dict[str, st
     """seed -> why, of the runs a selector picks that tracking tagged diverged."""
     if runs.empty or "tags.diverged" not in runs:
         return {}
-    hit = runs[_match(runs, selector) & (_col(runs, "tags.diverged").fillna("") != "")]
+    hit = runs[_match(runs, selector) & (reader.col(runs, "tags.diverged").fillna("") != "")]
     return {str(r["tags.seed"]): str(r["tags.diverged"]) for _, r in hit.iterrows()}
 
 
@@ -228,7 +210,7 @@ def claim_sides(runs: pd.DataFrame, claims: list[Claim], table: pd.DataFrame) ->
         return out
     for claim in claims:
         for side, selector in (("A", claim.a), ("B", claim.b)):
-            for variant in sorted(set(_col(runs[_match(runs, selector)], "tags.variant").dropna())):
+            for variant in sorted(set(reader.col(runs[_match(runs, selector)], "tags.variant").dropna())):
                 out.setdefault(variant, {})[CLAIM_PREFIX + claim_slug(claim.name)] = \
                     f"{side}, {verdicts.get(claim.name, NOT_RUN)}"
     return out
@@ -297,21 +279,27 @@ def _seeds(r: pd.Series) -> str:
     return f">{MAX_SEEDS}" if r["verdict"] == INCONCLUSIVE and r["n"] >= 2 else "–"
 
 
-def render(table: pd.DataFrame, fmt: str = "md") -> str:
-    if fmt == "csv":
-        return table.to_csv(index=False)
-    if fmt != "md":
-        raise SweepError(f"--format {fmt}: expected md or csv")
+FORMATS = export.MARKDOWN_FORMATS  # its cells carry Markdown's bold
+
+
+def export_table(table: pd.DataFrame) -> export.Table:
+    """The findings as a Markdown table (export.markdown): a row per claim, its caption below."""
     head = ["Claim", "Source", "Metric", "Claimed", "Effect A − B (interval)", "Verdict", "Diverged",
             "Paper's effect", "Seeds needed"]
-    align = ["---"] * 3 + [":-:", "---:", "---", "---", "---", "---:"]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
+    rows = []
     for _, r in table.iterrows():
         verdict = f"**{r['verdict']}**" + (f": {r['detail']}" if r["verdict"] != NOT_RUN and r["n"] >= 2 else "")
         cells = [r["claim"], r["source"], r["metric"], f"A {r['relation']} B (δ {r['min_effect']:g})", _effect(r),
                  verdict, _diverged(r), _paper(r), _seeds(r)]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines + ["", caption(table)]) + "\n"
+        rows.append([export.Cell(str(c)) for c in cells])
+    return export.Table(head, rows, caption(table), left=3, css="mtbert-findings",
+                        align=("l", "l", "l", "c", "r", "l", "l", "l", "r"))
+
+
+def render(table: pd.DataFrame, fmt: str = "md") -> str:
+    if fmt not in FORMATS:
+        raise SweepError(f"--format {fmt}: expected {' or '.join(FORMATS)}")
+    return export.render(fmt, export.Document("mtbert findings", table, lambda: [export_table(table)]))
 
 
 def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",

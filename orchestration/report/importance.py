@@ -17,7 +17,8 @@ figure's variance (summing to 1 over the keys). Beside it, with PED_MIN_CONFIGUR
 more configurations, PED-ANOVA's share (Optuna's default evaluator: which keys decide reaching
 the top 10%); below that the top holds fewer than 5 configurations and whichever few won
 would decide. A share is never 0, and neither is a bootstrap interval of it: a share cannot
-say "this key does not matter", so none is given an interval.
+say "this key does not matter", so none is given an interval. Each share is an Evaluator (a
+name, its column, and a function from the points to {key: share}); EVALUATORS lists the two.
 
 Whether it matters. A permutation test per (figure, dimension): the statistic is the spread of
 the figure's mean over the dimension's levels (between-level sum of squares; a range cut into
@@ -57,8 +58,9 @@ import numpy as np
 import pandas as pd
 
 from orchestration.errors import SweepError
-from orchestration.report import export
+from orchestration.report import export, plots, reader
 from orchestration.report.export import Cell
+from orchestration.report.table import figure_label, headline_tm, table_keys
 from orchestration.sweep.labels import STANDS_FOR, parse_param
 from orchestration.sweep.space import POINTS_TAG
 
@@ -77,6 +79,7 @@ MAX_NUMERIC_CATEGORIES = 8  # a grid/choice of more numbers than this is read as
 CSV = "importance.csv"
 PNG = "importance.png"
 SPACE_DOC = "search_space.json"  # the parent's artifact that describes each dimension (launch.py)
+# A row of assess(): after figure and dimension, each of EVALUATORS' shares by its name.
 COLUMNS = ["figure", "dimension", "importance", "ped_anova", "effect", "p", "matters", "null", "low", "high",
            "configurations", "runs", "permutations"]
 
@@ -85,13 +88,11 @@ COLUMNS = ["figure", "dimension", "importance", "ped_anova", "effect", "p", "mat
 
 def figures(parent_tags: dict[str, str], tm: str) -> list[str]:
     """The figures assessed: the sweep's task scores, overall and its headline TM score."""
-    from orchestration.report.leaderboard import _task_metrics
-
-    return [*_task_metrics(parent_tags), "overall", tm]
+    return [*reader.task_metrics(parent_tags), "overall", tm]
 
 
 def importance_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
-    """(params, metrics, tags) of the child runs the importance reads (leaderboard.child_runs)."""
+    """(params, metrics, tags) of the child runs the importance reads (reader.child_runs)."""
     keys = _space_keys(parent_tags)
     params = [*keys, *(["loss.weights."] if "loss.weights" in keys else [])]
     metrics = [*figures(parent_tags, "tm_relative_score"), "tm_relative_score_compute"]
@@ -198,24 +199,23 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
 
 def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
            space: dict[str, dict] | None = None) -> Points:
-    """The sweep's configurations from its child runs (leaderboard.child_runs' frame)."""
-    from orchestration.report.leaderboard import _col, _weights
-
+    """The sweep's configurations from its child runs (reader.child_runs' frame)."""
+    col = reader.col
     keys = _space_keys(parent_tags)
-    keep = (_col(runs, "status") == "FINISHED") & eligible(_col(runs, "tags.role"), _col(runs, f"tags.{STANDS_FOR}"))
+    keep = (col(runs, "status") == "FINISHED") & eligible(col(runs, "tags.role"), col(runs, f"tags.{STANDS_FOR}"))
     done = runs[keep]
     names = figures(parent_tags, tm)
-    frame = pd.DataFrame({"variant": _col(runs, "tags.variant")[keep].values,
-                          "seed": _col(runs, "tags.seed")[keep].astype(object).fillna("").astype(str).values})
+    frame = pd.DataFrame({"variant": col(runs, "tags.variant")[keep].values,
+                          "seed": col(runs, "tags.seed")[keep].astype(object).fillna("").astype(str).values})
     for name in names:
-        frame[name] = pd.to_numeric(_col(runs, f"metrics.{name}")[keep], errors="coerce").values
+        frame[name] = pd.to_numeric(col(runs, f"metrics.{name}")[keep], errors="coerce").values
     params_cols = [c for c in done.columns if c.startswith("params.")]
     first = done.assign(_variant=frame["variant"].values).drop_duplicates("_variant")
     raw: dict[str, list[Any]] = {k: [] for k in keys}
     for row in first[params_cols].itertuples(index=False, name=None):
         params = {c[len("params."):]: v for c, v in zip(params_cols, row) if isinstance(v, str)}
         for key in keys:
-            raw[key].append(_weights(params) if key == "loss.weights" else parse_param(params.get(key)))
+            raw[key].append(reader.loss_weights(params) if key == "loss.weights" else parse_param(params.get(key)))
     values = pd.DataFrame(index=pd.Index(first["_variant"].values, name="variant"))
     dims: list[Dim] = []
     for name, group in _factors(keys, parent_tags):
@@ -232,24 +232,8 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
 
 def space_doc(uri: str, parent) -> dict[str, dict] | None:
     """The parent run's description of each dimension (search_space.json), None without one."""
-    text = _parent_artifact(uri, parent, SPACE_DOC)
+    text = reader.parent_artifact(uri, parent, SPACE_DOC)
     return json.loads(text).get("dimensions") if text else None
-
-
-def _parent_artifact(uri: str, parent, name: str) -> str | None:
-    """A small text artifact of the parent run: read in place when local (no MLflow), else
-    downloaded; None when the run has none."""
-    from orchestration.report.leaderboard import _client, _local_artifact_dir, no_download_bar
-
-    folder = _local_artifact_dir(getattr(parent.info, "artifact_uri", None))
-    if folder is not None:
-        path = folder / name
-        return path.read_text() if path.is_file() else None
-    try:
-        with tempfile.TemporaryDirectory() as tmp, no_download_bar():
-            return Path(_client(uri).download_artifacts(parent.info.run_id, name, tmp)).read_text()
-    except Exception:  # noqa: BLE001 - MLflow raises its own kinds for a missing artifact
-        return None
 
 
 # --------------------------------------------------------------------------- the estimate
@@ -287,9 +271,20 @@ def _study(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, direction: str 
     return study
 
 
-def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray) -> dict[str, float]:
+@dataclass(frozen=True)
+class Evaluator:
+    """A share of a figure's variance per swept key, descriptive (never 0): `name` is its
+    column of COLUMNS; `shares(values, dims, y, maximize)` maps the configurations' encoded
+    values and their figure y (seed means, NaN: left out; larger better when `maximize`) to
+    {dimension: share}, {} where it has nothing to say."""
+    name: str
+    shares: Callable[[pd.DataFrame, list[Dim], np.ndarray, bool], dict[str, float]]
+
+
+def _fanova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, maximize: bool = False) -> dict[str, float]:
     """Normalised fANOVA importances of `dims` for the configurations' values y; {} where
-    there is nothing to explain (_study)."""
+    there is nothing to explain (_study). A variance's share has no direction: `maximize` is
+    not read."""
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
     study = _study(values, dims, y)
@@ -316,6 +311,13 @@ def _ped_anova(values: pd.DataFrame, dims: list[Dim], y: np.ndarray, maximize: b
         return {}
     found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(target_quantile=PED_QUANTILE))
     return {name: float(v) for name, v in found.items()}
+
+
+# The shares assess() gives, in COLUMNS' order: fANOVA's (a key's main effect on the variance)
+# and PED-ANOVA's (what decides reaching the top PED_QUANTILE).
+FANOVA = Evaluator("importance", _fanova)
+PED_ANOVA = Evaluator("ped_anova", _ped_anova)
+EVALUATORS = (FANOVA, PED_ANOVA)
 
 
 MAX_PERMUTATIONS = 100_000  # each reshuffles every cell: past it, minutes for the fourth digit of p
@@ -446,22 +448,29 @@ def assess(table: pd.DataFrame, dimensions: Sequence[str], figures: Sequence[str
             counts = np.bincount(configuration[finite], minlength=n_configurations)
             means = np.where(counts > 0, totals / np.maximum(counts, 1), math.nan)
             n = int((counts > 0).sum())
-            fanova = _fanova(config_values, dims, means) if shares else {}
             better = (maximize or {}).get(figure, _maximize(figure))
-            ped = _ped_anova(config_values, dims, means, better) if shares else {}
+            found = {e.name: e.shares(config_values, dims, means, better) for e in EVALUATORS} if shares else {}
             for dim in dims:
-                levels = _levels(dim, columns[dim.name][finite])
-                effect, p, null = math.nan, math.nan, ""
-                if n >= MIN_CONFIGURATIONS and levels.max(initial=0) > 0:
-                    level_means = np.bincount(levels, weights=y[finite]) / np.bincount(levels)
-                    effect = float(level_means.max() - level_means.min())
-                    strata, null = _strata(seeds[finite], [columns[o][finite] for o in names if o != dim.name],
-                                           levels)
-                    p = permutation_p(y[finite], levels, strata, permutations, rng)
-                rows.append([figure, dim.name, fanova.get(dim.name, math.nan), ped.get(dim.name, math.nan), effect,
-                             p, bool(p <= ALPHA), null, math.nan, math.nan, n, int(finite.sum()),
+                effect, p, null = _dimension_test(dim, y, columns, seeds, n, permutations, rng)
+                rows.append([figure, dim.name, *(found.get(e.name, {}).get(dim.name, math.nan) for e in EVALUATORS),
+                             effect, p, bool(p <= ALPHA), null, math.nan, math.nan, n, int(finite.sum()),
                              permutations if not math.isnan(p) else 0])
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _dimension_test(dim: Dim, y: np.ndarray, columns: dict[str, np.ndarray], seeds: np.ndarray, n: int,
+                    permutations: int, rng: np.random.Generator) -> tuple[float, float, str]:
+    """(effect, p, null) of one dimension for a figure's runs y (NaN: left out) over n
+    configurations: the spread of its levels' means and the permutation test's p (NaN, NaN,
+    "" with fewer than MIN_CONFIGURATIONS or a single level)."""
+    finite = np.isfinite(y)
+    levels = _levels(dim, columns[dim.name][finite])
+    if n < MIN_CONFIGURATIONS or levels.max(initial=0) <= 0:
+        return math.nan, math.nan, ""
+    level_means = np.bincount(levels, weights=y[finite]) / np.bincount(levels)
+    effect = float(level_means.max() - level_means.min())
+    strata, null = _strata(seeds[finite], [column[finite] for o, column in columns.items() if o != dim.name], levels)
+    return effect, permutation_p(y[finite], levels, strata, permutations, rng), null
 
 
 def _maximize(figure: str) -> bool:
@@ -521,7 +530,7 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
     configurations, runs = eligible_runs(table)
     if configurations < 2 or not _space_keys(parent.data.tags):
         return None, ""
-    text = _parent_artifact(uri, parent, CSV)
+    text = reader.parent_artifact(uri, parent, CSV)
     if text:
         import io
 
@@ -533,10 +542,9 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
 
 def _points(uri: str, experiment_id: str, parent) -> Points:
     """The points of a sweep's finished runs, read with the leaderboard's keys in one read."""
-    from orchestration.report.leaderboard import _union, child_runs, headline_tm, table_keys
-
     tags = parent.data.tags
-    runs = child_runs(uri, experiment_id, parent.info.run_id, *_union(table_keys(tags), importance_keys(tags)))
+    runs = reader.child_runs(uri, experiment_id, parent.info.run_id,
+                             *reader.union_keys(table_keys(tags), importance_keys(tags)))
     return points(runs, tags, headline_tm(tags, runs), space_doc(uri, parent))
 
 
@@ -570,14 +578,6 @@ def log_importance(tracking, log: Callable[[str], None] = print) -> bool:
 
 
 # --------------------------------------------------------------------------- rendering
-
-def figure_label(figure: str) -> str:
-    """A figure's name in print: its leaderboard header."""
-    from orchestration.report.leaderboard import TASK_LABELS, figure_columns
-
-    column = figure_columns(list(TASK_LABELS)).get(figure)
-    return column.header if column else figure
-
 
 def paired(found: pd.DataFrame) -> bool:
     """Whether the table is two configurations' paired difference rather than shares."""
@@ -636,62 +636,23 @@ def export_table(found: pd.DataFrame) -> export.Table:
     return export.Table(headers, rows, caption(found), left=1, css="mtbert-importance")
 
 
-def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
-    from orchestration.report.leaderboard import IMPORTANCE_HEADING, check_format
+IMPORTANCE_HEADING = "Importance of the swept dimensions"
 
-    check_format(fmt)
-    if fmt == "csv":
-        return found.to_csv(index=False)
-    if found.empty:
+
+def render(found: pd.DataFrame, fmt: str, title: str = "") -> str:
+    """The table in `fmt` (export.FORMATS): the numbers in csv; printed, "" when it is empty."""
+    export.check_format(fmt)
+    if fmt != "csv" and found.empty:
         return ""
-    return export.document(fmt, f"{IMPORTANCE_HEADING}: {title}" if title else IMPORTANCE_HEADING,
-                           [export_table(found)])
+    return export.render(fmt, export.Document(f"{IMPORTANCE_HEADING}: {title}" if title else IMPORTANCE_HEADING,
+                                              found, lambda: [export_table(found)]))
 
 
 def plot_importance(found: pd.DataFrame, path: str | Path, title: str = "") -> Path:
-    """A bar per dimension, one panel per figure: its share, dark where the key matters (p <=
-    ALPHA), pale where it is not told apart from seed noise; two configurations: their paired
-    difference with its interval."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    order = list(dict.fromkeys(found["figure"])) or [""]
-    dims = list(found.groupby("dimension", sort=False)["importance"].mean().sort_values(na_position="first").index)
-    two = paired(found)
-    fig, axes = plt.subplots(1, len(order), figsize=(2.6 * len(order) + 1.6, 0.45 * len(dims) + 1.6),
-                             dpi=120, sharey=True, squeeze=False)
-    for ax, figure in zip(axes[0], order):
-        part = found[found["figure"] == figure].set_index("dimension").reindex(dims)
-        matters = part["matters"].astype(object).fillna(False).astype(bool).to_numpy()
-        colours = ["tab:blue" if m else "lightsteelblue" for m in matters]
-        if two:
-            effect = part["effect"].to_numpy(dtype=float)
-            ax.barh(range(len(dims)), np.nan_to_num(effect), color=colours)
-            low, high = part["low"].to_numpy(dtype=float), part["high"].to_numpy(dtype=float)
-            ax.errorbar(effect, range(len(dims)), xerr=[effect - low, high - effect], fmt="none", ecolor="black",
-                        capsize=3)
-            ax.axvline(0, color="black", lw=0.8)
-        else:
-            ax.barh(range(len(dims)), part["importance"].fillna(0.0), color=colours)
-            for i, p in enumerate(part["p"].to_numpy(dtype=float)):
-                if not math.isnan(p):
-                    ax.text(0.98, i, f"p {p:.3f}", ha="right", va="center", fontsize=7)
-            ax.set_xlim(0, 1)
-        ax.set_yticks(range(len(dims)), dims, fontsize=8)
-        ax.set_title(figure_label(figure), fontsize=9)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0][0].set_ylabel("configurations" if two else "swept key")
-    fig.supxlabel("paired difference (second - first)" if two else
-                  f"share of the figure's variance (fANOVA); dark: p <= {ALPHA}", fontsize=9)
-    fig.suptitle(title or "importance of the swept dimensions", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    """A bar per dimension, one panel per figure (plots.importance_figure): its share, dark where
+    the key matters (p <= ALPHA), pale where it is not told apart from seed noise; two
+    configurations: their paired difference with its interval."""
+    return plots.save(plots.importance_figure(found, title, paired=paired(found), alpha=ALPHA), path)
 
 
 def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "md",
@@ -699,9 +660,7 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
                say=None) -> tuple[str, pd.DataFrame, Any]:
     """(rendered table, the table, the parent run) of `mtbert importance`: computed from the
     sweep's finished runs, stored on its parent run (CSV, PNG) and drawn to `plot`."""
-    from orchestration.report.leaderboard import find_sweep, log_artifact
-
-    experiment_id, parent = find_sweep(uri, experiment, sweep, say)
+    experiment_id, parent = reader.find_sweep(uri, experiment, sweep, say)
     p = _points(uri, experiment_id, parent)
     name = f"sweep {parent.info.run_name} ({parent.info.run_id})"
     if len(p.values) < 2:
@@ -711,5 +670,5 @@ def importance(uri: str, experiment: str, sweep: str | None = None, fmt: str = "
         tags = parent.data.tags
         raise SweepError(f"{name}: no swept key ({', '.join(_space_keys(tags)) or 'none'}) took more than one value")
     found = compute(p, PERMUTATIONS if permutations is None else permutations)
-    _store(found, parent.info.run_name, lambda file: log_artifact(uri, parent, file), plot)
+    _store(found, parent.info.run_name, lambda file: reader.log_artifact(uri, parent, file), plot)
     return render(found, fmt, parent.info.run_name), found, parent

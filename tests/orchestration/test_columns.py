@@ -14,7 +14,7 @@ from mtbert.cli import main
 from mtbert.config import build_config, flatten, to_dict
 from mtbert.model.multitask import MultitaskModel
 from mtbert.train.loop import param_rates
-from orchestration.report.leaderboard import LR_HEADER
+from orchestration.report.table import LR_HEADER
 from orchestration.sweep.labels import fmt_rates
 
 TAGS = {"role": "sweep", "tasks": "sst,para,sts", "task_metrics": "sst_acc,para_acc,sts_corr",

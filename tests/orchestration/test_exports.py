@@ -16,8 +16,9 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
-from orchestration.report.leaderboard import (LR_HEADER, MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, all_columns,
-                                              build_table, child_runs, find_sweep, pareto_figure, sort_table, table_keys)
+from orchestration.report.plots import MIN_SCORE_SPAN, SIZE_SPREAD, _text_box, pareto_figure
+from orchestration.report.reader import child_runs, find_sweep
+from orchestration.report.table import LR_HEADER, all_columns, build_table, sort_table, table_keys
 from orchestration.sweep.load import load_sweep
 
 from .conftest import SWEEPS, write_sweep
@@ -337,7 +338,7 @@ def test_pareto_draws_model_size_only_where_it_differs_enough(store):
 def test_a_crowded_pareto_plot_labels_its_front_and_the_baseline(store):
     import numpy as np
 
-    from orchestration.report.leaderboard import MAX_LABELS, pareto_front
+    from orchestration.report.plots import MAX_LABELS, pareto_front
 
     done = _table(store)
     done = done[done["status"] == "finished"]

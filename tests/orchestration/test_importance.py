@@ -15,7 +15,9 @@ from mlflow.tracking import MlflowClient
 from mtbert.cli import main
 from orchestration.paths import tool
 from orchestration.report import importance as imp
-from orchestration.report.leaderboard import build_table, child_runs, leaderboard, sort_table, table_keys
+from orchestration.report.leaderboard import leaderboard
+from orchestration.report.reader import child_runs
+from orchestration.report.table import build_table, sort_table, table_keys
 from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
 from orchestration.track.tracking import SweepTracking, check_tracking

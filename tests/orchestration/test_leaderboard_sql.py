@@ -15,9 +15,11 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from orchestration.report import leaderboard as board
-from orchestration.report.leaderboard import (build_table, child_runs, render, search_child_runs, search_find_sweep,
-                                       sort_table, sqlite_child_runs, sqlite_find_sweep, table_keys)
+from orchestration.report import reader as board
+from orchestration.report.leaderboard import render
+from orchestration.report.reader import (child_runs, search_child_runs, search_find_sweep, sqlite_child_runs,
+                                         sqlite_find_sweep)
+from orchestration.report.table import build_table, sort_table, table_keys
 
 from .conftest import new_experiment
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from orchestration.report import verdicts
-from orchestration.report.leaderboard import (DELTA_TAG, build_table, delta_design, delta_design_tag, render,
-                                              sort_table)
+from orchestration.report.leaderboard import render
+from orchestration.report.table import DELTA_TAG, build_table, delta_design, delta_design_tag, sort_table
 from orchestration.sweep.claims import Configuration
 
 SEEDS = range(12)

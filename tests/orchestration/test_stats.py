@@ -8,7 +8,8 @@ import pytest
 from scipy import stats
 
 from orchestration.report import verdicts
-from orchestration.report.leaderboard import build_table, render, sort_table
+from orchestration.report.leaderboard import render
+from orchestration.report.table import build_table, sort_table
 from orchestration.stats import mean_ci, paired_delta
 
 SCORES = [0.652, 0.640, 0.664]

@@ -12,7 +12,9 @@ import pytest
 
 from mtbert.config import build_config, merge
 from mtbert.train.loop import train
-from orchestration.report.leaderboard import build_table, cost_axis, render, sort_table, tm_column
+from orchestration.report.leaderboard import render
+from orchestration.report.plots import cost_axis
+from orchestration.report.table import build_table, sort_table, tm_column
 from orchestration.sweep.load import load_sweep
 from orchestration.track.tm import time_basis, trial_tm
 

@@ -17,8 +17,10 @@ from mtbert.train.metrics import tm_relative_score
 from orchestration.errors import TrackingUnavailable
 from orchestration.run.launch import _runs_view
 from orchestration.track.view import save_runs_view
-from orchestration.report.leaderboard import (build_table, child_runs, leaderboard, pareto_front, render,
-                                      sort_table)
+from orchestration.report.leaderboard import leaderboard, render
+from orchestration.report.plots import pareto_front
+from orchestration.report.reader import child_runs
+from orchestration.report.table import build_table, sort_table
 from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
 from orchestration.track.tm import time_basis
