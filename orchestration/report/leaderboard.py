@@ -26,8 +26,6 @@ from orchestration.errors import SweepError
 from orchestration.report import export, importance as imp, reader
 from orchestration.report.plots import plot_pareto
 from orchestration.report.table import build_table, export_table, sort_table, table_keys
-# The sweep's launch (run/launch.py) tags the Δ column's design and calls log_leaderboard from here.
-from orchestration.report.table import DELTA_TAG, delta_design_tag  # noqa: F401
 
 PARETO_ARTIFACT = "pareto.png"  # the parent run's one Pareto plot
 

@@ -315,7 +315,7 @@ def _seeds_design(sweep: Sweep) -> dict[str, Any]:
 
 def _parent_tags(sweep: Sweep, planner: Planner, run_dir: Path, total: int) -> dict[str, str]:
     from mtbert.tasks import get_task
-    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.report.table import DELTA_TAG, delta_design_tag
     from orchestration.sweep.claims import configurations, design_looks
 
     points = {d.key: d.config_keys() for d in sweep.dims if d.type_name == "points"}
@@ -560,7 +560,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     verdicts keep their stated rate however the decision to add seeds was made. The new trials
     run as a Tune run of their own in <folder>-seeds<N> (resumable like any), logging under the
     sweep's parent run, which then holds the verdicts, leaderboard and summary of all its trials."""
-    from orchestration.report.leaderboard import DELTA_TAG, delta_design_tag
+    from orchestration.report.table import DELTA_TAG, delta_design_tag
     from orchestration.run.searcher import SweepSearcher
     from orchestration.sweep.bounds import MAX_SEEDS
     from orchestration.sweep.claims import configurations
