@@ -113,7 +113,7 @@ def use_trainable(trainable) -> None:
 
     import orchestration.run.launch as launch
 
-    launch._trainable = lambda cpu, gpu: tune.with_resources(trainable, {"cpu": cpu, "gpu": gpu})
+    launch._trainable = lambda cpu, gpu, experiment_dir: tune.with_resources(trainable, {"cpu": cpu, "gpu": gpu})
 
 
 class MlflowServer:
