@@ -69,7 +69,7 @@ def test_signal_then_resume(tmp_path, sig):
             epochs = run.data.metrics["epochs_run"]
             assert epochs == 3 or run.data.tags["stopped_early"] == "true"
 
-    done = run_cli(["sweep", "resume", "sig", "--num-cpus", "2"], cwd=tmp_path, timeout=300)
+    done = run_cli(["sweep", "resume", "sig", "--num-cpus", "2"], cwd=tmp_path, timeout=480)  # a loaded 2-core runner
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     client, parents, children = sweep_runs(uri, "smoke-smoke")
     check_children(client, parents[0], children, n=4)  # every trial FINISHED once, TM = formula
