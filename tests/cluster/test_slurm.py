@@ -47,8 +47,9 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
 
 
 def submit(slurm: LocalSlurm, work: Path, ray_tmp: Path, monkeypatch: pytest.MonkeyPatch,
-           capsys: pytest.CaptureFixture) -> str:
-    """`mtbert sweep slurm` as a user types it; the job's Python is this one, with this checkout."""
+           capsys: pytest.CaptureFixture, extra: tuple[str, ...] = ()) -> str:
+    """`mtbert sweep slurm` as a user types it; the job's Python is this one, with this checkout.
+    `extra`: more `sweep slurm` options (e.g. --set)."""
     import sys
 
     from mtbert.cli import main
@@ -59,7 +60,8 @@ def submit(slurm: LocalSlurm, work: Path, ray_tmp: Path, monkeypatch: pytest.Mon
     assert main(["sweep", "slurm", str(SMOKE), "--smoke", "--set", "num_samples=1",
                  "--set", "tracking.log_models=none", "--workdir", str(work), "--cpus-per-node", "2",
                  "--tracking-uri", f"sqlite:///{work}/mlflow.db", "--setup", f"export PYTHONPATH={ROOT}",
-                 "--ray-tmp", str(ray_tmp), "--mtbert", f"{sys.executable} -m mtbert.cli", "--ray", str(Path(sys.executable).parent / "ray")]) == 0
+                 "--ray-tmp", str(ray_tmp), "--mtbert", f"{sys.executable} -m mtbert.cli", "--ray", str(Path(sys.executable).parent / "ray"),
+                 *extra]) == 0
     out = capsys.readouterr().out
     print(out)
     return re.search(r"submitted SLURM job (\d+)", out)[1]
@@ -105,7 +107,11 @@ def test_a_sweep_runs_in_a_batch_job(slurm: LocalSlurm, tmp_path: Path, ray_tmp:
 
 def test_a_preempted_sweep_stops_cleanly_and_its_requeued_job_resumes_it(
         slurm: LocalSlurm, tmp_path: Path, ray_tmp: Path, monkeypatch, capsys) -> None:
-    job_id = submit(slurm, tmp_path, ray_tmp, monkeypatch, capsys)
+    # Trials of about a minute (a --smoke trial is under a second on a quiet machine, and would
+    # end before the preemption): the sweep's status line, which the preemption waits for,
+    # comes every 20 s.
+    job_id = submit(slurm, tmp_path, ray_tmp, monkeypatch, capsys,
+                    extra=("--set", "sampling.steps_per_epoch=600", "--set", "train.epochs=3"))
     log = tmp_path / f"slurm-{job_id}.out"
     name = f"smoke-{job_id}"
     # Preempted while its trials run: SIGTERM to the batch shell, as `--signal=B:TERM@GRACE` or a
