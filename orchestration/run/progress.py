@@ -17,7 +17,7 @@ from ray.tune import Callback
 from mtbert.train.progress import clock
 from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
-from orchestration.sweep.labels import fmt_rates, regime_label
+from orchestration.sweep.labels import YARDSTICKS, fmt_rates, regime_label
 from orchestration.track.tracking import SweepTracking
 
 
@@ -97,8 +97,11 @@ class ProgressPrinter(Callback):
         print(f"[{_clock(time.monotonic() - self._t0)}] {text}", flush=True)
 
     def _best(self, trials: list) -> str:
+        # The reference and the single-task runs are yardsticks, never the best (a single-task
+        # run's overall is one task's score, not comparable with the others').
         scored = [(t.last_result.get(self.metric), t) for t in trials
-                  if isinstance(t.last_result.get(self.metric), (int, float))
+                  if t.config.get("role") not in YARDSTICKS
+                  and isinstance(t.last_result.get(self.metric), (int, float))
                   and not math.isnan(t.last_result[self.metric])]
         if not scored:
             return "best: none yet"

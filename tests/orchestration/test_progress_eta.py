@@ -34,8 +34,8 @@ def test_time_left_at_the_rate_so_far():
     assert clock(3 * 3600 + 65) == "3:01:05" and clock(65) == "01:05"
 
 
-def _trial(key: str, status: str) -> Trial:
-    trial = Trial("fn", config={"key": key, "role": "reference", "config": {"train": {"epochs": 1}}}, stub=True)
+def _trial(key: str, status: str, role: str = "search") -> Trial:
+    trial = Trial("fn", config={"key": key, "role": role, "config": {"train": {"epochs": 1}}}, stub=True)
     trial.set_status(status)
     return trial
 
@@ -60,3 +60,17 @@ def test_the_status_line_says_the_time_left(capsys):
                      r"\| best best_overall 0.5000", line), line
     second.set_status(Trial.TERMINATED)
     assert "left" not in printer.status([first, second] + [_trial(k, Trial.TERMINATED) for k in ("c", "d")])
+
+
+def test_a_yardstick_is_never_the_best_so_far():
+    # A single-task run's overall is one task's score (Quora's 0.83 beats any three-task mean):
+    # the status line names the best trained configuration, as the closing summary does.
+    printer = ProgressPrinter(total=3, metric="best_overall", mode="max")
+    printer.setup()
+    trials = [_trial("p000-s0", Trial.TERMINATED), _trial("single-para-s0", Trial.TERMINATED, "single_task"),
+              _trial("reference-s0", Trial.TERMINATED, "reference")]
+    for trial, value in zip(trials, (0.66, 0.83, 0.70)):
+        trial.run_metadata.last_result = {"done": True, "epoch": 1, "best_overall": value}
+    line = printer.status(trials)
+    assert "| best best_overall 0.6600 (p000-s0: " in line, line
+    assert "single-para" not in line and "reference-s0" not in line, line
