@@ -81,7 +81,36 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     for it: tokenize once per distinct data setup and, with `frozen` (a local sweep: the
     trials' machine and cache folder are the driver's), compute the frozen-layer cache once
     per distinct frozen setup (mtbert/train/frozen.py). Returns its seconds (setup_*_s),
-    which the parent run records; a trial's figures never include them."""
+    which the parent run records; a trial's figures never include them. It runs on every CPU
+    the driver may use (no trial runs yet), not the few a trial is given."""
+    with machine_threads() as threads:
+        return _shared_setup(planner, log, frozen, threads)
+
+
+def driver_cpus() -> int:
+    """The CPUs this process may run on: its affinity (which taskset, a container or a SLURM
+    allocation narrows), where the platform has one, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def machine_threads():
+    """torch's threads set to driver_cpus() inside, put back after: the driver may have been
+    given fewer (OMP_NUM_THREADS, or a trial's count), and what it does next keeps those."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(driver_cpus())
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _shared_setup(planner: Planner, log: Callable[[str], None], frozen: bool, threads: int) -> dict[str, float]:
     from mtbert.config import build_config
     from mtbert.data.tokenize import prepare
     from mtbert.train.frozen import setup_signature
@@ -116,7 +145,7 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     setup["setup_frozen_cache_s"] = frozen_s
     if built:
         log(f"frozen layers: {built} block(s) computed in {computing:.1f}s ({frozen_s:.1f}s with the models "
-            f"loaded) for {len(frozen_seen)} setup(s), once for the sweep")
+            f"loaded) for {len(frozen_seen)} setup(s), once for the sweep, on {threads} CPU thread(s)")
     elif frozen_seen:
         log(f"frozen layers: {len(frozen_seen)} setup(s) checked in {frozen_s:.1f}s, nothing to compute")
     return setup
