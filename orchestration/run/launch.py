@@ -135,7 +135,9 @@ def _shared_setup(planner: Planner, log: Callable[[str], None], frozen: bool, th
         return setup
     _share_peaks(configs, planner.sweep.spec.resources.cpu)
     t1, built, computing = time.perf_counter(), 0, 0.0
-    for cfg in configs:
+    # Shallower frozen setups first: a deeper one of the same encoder and data continues from
+    # their stored states (mtbert/train/frozen.py), so the layers they share are computed once.
+    for cfg in sorted(configs, key=lambda c: math.inf if c.freeze.layers < 0 else c.freeze.layers):
         signature = setup_signature(cfg)
         if signature not in frozen_seen:
             frozen_seen.add(signature)

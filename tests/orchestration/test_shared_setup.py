@@ -86,3 +86,87 @@ def test_the_parent_runs_from_before_the_setup_and_says_its_seconds(tmp_path, mo
     assert setup >= 1.0 and setup >= parent.data.metrics["setup_tokenize_s"] + parent.data.metrics["setup_frozen_cache_s"]
     # The parent's duration is the sweep's: its setup, then every trial.
     assert (parent.info.end_time - parent.info.start_time) / 1000 > setup
+
+
+def test_the_shared_setup_runs_on_every_cpu_the_driver_has(tmp_path, monkeypatch):
+    """Tokenizing and the frozen-layer cache run before any trial: on the driver's CPUs (its
+    affinity, three here), not the one a trial gets; the driver's own count comes back after."""
+    import os
+
+    import torch
+
+    from mtbert.data import tokenize
+    from mtbert.train import frozen
+    from orchestration.sweep.load import load_sweep
+    from orchestration.sweep.plan import Planner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2})
+    used = {"tokenize": set(), "frozen": set()}
+
+    def watch(module, name, what):
+        real = getattr(module, name)
+
+        def watched(*args, **kwargs):
+            used[what].add(torch.get_num_threads())
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, watched)
+
+    watch(tokenize, "prepare", "tokenize")
+    watch(frozen, "compute_side", "frozen")
+    path = write_sweep(tmp_path / "s.yaml", base={"freeze": {"layers": -1}}, space={"optim.head_lr": [1e-3]})
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lines = []
+        launch._prepare_data(Planner(load_sweep(path)), lines.append)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert used == {"tokenize": {3}, "frozen": {3}}, used
+    assert any(line.startswith("frozen layers: ") and line.endswith("on 3 CPU thread(s)") for line in lines), lines
+
+
+def test_a_sweeps_setups_compute_their_shared_frozen_layers_once(tmp_path, monkeypatch, local_ray):
+    """Two setups of one sweep, the bottom layer of two frozen and the whole encoder frozen:
+    the driver runs the bottom layer once for both, and each trial trains what it trains on
+    a cache of its own."""
+    import weakref
+    from collections import Counter
+
+    import torch
+
+    from mtbert.config import build_config
+    from mtbert.model.multitask import MultitaskModel
+    from mtbert.train.loop import train
+    from orchestration.sweep.load import load_sweep
+    from orchestration.sweep.plan import Planner
+
+    monkeypatch.chdir(tmp_path)
+    rows, hooked, real = Counter(), weakref.WeakSet(), MultitaskModel.layer
+
+    def layer(self, i):  # the driver's layer calls, by layer: the trials run in Ray's workers
+        module = real(self, i)
+        if module not in hooked:
+            hooked.add(module)
+            module.register_forward_pre_hook(lambda _m, args, i=i: rows.update({i: args[0].shape[0]}))
+        return module
+
+    monkeypatch.setattr(MultitaskModel, "layer", layer)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = write_sweep(tmp_path / "s.yaml", base={"train": {"epochs": 1, "frozen_cache_mb": 64}},
+                       space={"freeze.layers": [1, -1]}, seeds=[0],
+                       tracking={"experiment": "prefix", "log_models": "none"})
+    outcome = launch.run_sweep(path, tracking_uri=uri, storage=tmp_path / "runs", log=lambda _m: None,
+                               progress=False)
+    assert outcome.status == "FINISHED" and outcome.failed == 0
+    assert rows[0] == rows[1] > 0  # layer 0 ran once over every sequence: for both setups
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("prefix").experiment_id
+    trained = {r.data.params["freeze.layers"]: r.data.metrics["overall"] for r in client.search_runs(
+        [experiment], "tags.role != 'sweep' and tags.role != 'configuration'")}
+    torch.set_num_threads(1)  # a trial's one CPU
+    for trial in Planner(load_sweep(path)).fixed_trials():
+        cfg = build_config(trial["config"], {"data.cache_dir": str(tmp_path / f"alone{trial['key']}")})
+        assert train(cfg, log=None).metrics["overall"] == trained[str(cfg.freeze.layers)], trial["key"]
