@@ -12,11 +12,16 @@ Comparisons (each prints sequences/s of both arms and their ratio):
   famo-vs-static   loss.weighting: famo vs static (real step, tuple sampling).
   buckets          train.length_buckets on vs off (one padded batch), real step, with the
                    padding each leaves, for 3-bert and 1-bert.
+  build-vs-forward the frozen-layer cache's build (the whole encoder frozen, every training
+                   sequence once) vs the real step's forward alone (eval, no gradients), in
+                   encoder rows per second (a pair's two sides count two): how near the
+                   sweep's shared setup runs to the encoder's forward speed.
 Arms alternate in rounds so that machine noise hits both alike; only ratios are stable.
 """
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,6 +33,7 @@ from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
 from mtbert.data.types import Batch, Encoded
 from mtbert.model.multitask import MultitaskModel, pack
+from mtbert.train.frozen import FrozenCache
 from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
 from mtbert.train.weighting import make_weighting
 
@@ -130,12 +136,62 @@ def compare(title: str, a: Arm, b: Arm, steps: int, rounds: int) -> float:
     return ratio
 
 
+class Build:
+    """The frozen-layer cache's build over `examples` training rows per task, as a sweep's
+    driver computes it (mtbert/train/frozen.py: length-sorted batches of 64), into a fresh folder."""
+
+    def __init__(self, raw: dict, examples: int, cache_dir: str):
+        data = {**raw["data"], "cache_dir": cache_dir}
+        if raw["data"].get("source") == "cs224n":
+            data["max_train_examples"] = examples
+        else:
+            data["synthetic"] = {"train_size": examples, "dev_size": 16}
+        self.cfg = build_config({**raw, "data": data}, {"freeze.layers": -1})
+        self.prepared = prepare(self.cfg, log=None)
+        seed_everything(0)
+        tok = self.prepared.tokenizer
+        self.model = MultitaskModel(self.cfg, vocab_size=len(tok), pad_token_id=tok.pad_token_id or 0)
+        self.rows = sum(len(ds) * len(ds.packed) for ds in self.prepared.train.values())
+
+    def rate(self) -> float:
+        t0 = time.perf_counter()
+        FrozenCache(self.model, {"train": self.prepared.train}, self.prepared.tokenizer.pad_token_id or 0,
+                    torch.device("cpu"), nullcontext, "fp32", self.cfg.data.cache_dir)
+        return self.rows / (time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def forward_rate(arm: Arm, steps: int) -> float:
+    """The real step's forward alone (packed, length buckets, eval mode, no gradients)."""
+    arm.model.eval()
+    rows, seconds = 0, 0.0
+    for step in range(steps + 2):  # two warm-up steps
+        idx = [arm.iters[t].next() for t in arm.cfg.tasks]
+        packed = pack([collate(arm.prepared.train[t], i, arm.pad) for t, i in zip(arm.cfg.tasks, idx)])
+        t0 = time.perf_counter()
+        arm.model.from_embeddings(packed, arm.model.embed(packed))
+        if step >= 2:
+            rows, seconds = rows + len(packed.lengths), seconds + time.perf_counter() - t0
+    return rows / seconds
+
+
+def build_vs_forward(raw: dict, steps: int, examples: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        build = Build(raw, examples, tmp).rate()
+    forward = forward_rate(Arm("forward", raw, {}), steps)
+    print(f"{'cache build vs step forward':<34} build: {build:8.1f} rows/s   forward: {forward:8.1f} rows/s   "
+          f"ratio {build / forward:5.2f}x")
+    return build / forward
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="tiny,minilm")
-    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off,famo-vs-static,buckets")
+    ap.add_argument("--only", default="packed-vs-naive,bi-vs-cross,pcgrad-on-vs-off,famo-vs-static,buckets,"
+                                      "build-vs-forward")
+    ap.add_argument("--build-examples", type=int, default=300, help="training rows per task the cache build computes")
     # One thread by default: on a small shared machine, intra-op threads that wait on each
     # other turn load from other processes into 10x swings that no alternation can cancel.
     ap.add_argument("--threads", type=int, default=1)
@@ -167,6 +223,8 @@ def main() -> None:
                 off = Arm("one batch", raw, {"train.length_buckets": False, "sharing.encoder_shared_layers": k})
                 compare(f"{name} buckets vs one batch ({on.padding():.0%} vs {off.padding():.0%} pad)",
                         on, off, args.steps, args.rounds)
+        if "build-vs-forward" in only:
+            build_vs_forward(raw, args.steps * args.rounds, args.build_examples)
 
 
 if __name__ == "__main__":

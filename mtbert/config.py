@@ -334,8 +334,15 @@ class TrainConfig:
     # ones): a sweep's trials send these points with each epoch's report, and MLflow charts
     # them as step/loss_<task> at the run's global step. 0 = off.
     log_every_steps: int = 20
+    # A run that has trained this many seconds since its last checkpoint writes one between
+    # two steps of the epoch (mtbert/train/state.py), so that a run stopped inside a long epoch
+    # continues from there, exactly, rather than from the epoch's start. 0 = at epoch ends only.
+    checkpoint_every_s: float = 300.0
 
     def check(self) -> None:
+        if not 0 <= self.checkpoint_every_s < math.inf:
+            raise ConfigError(f"train.checkpoint_every_s: must be a number of seconds >= 0 (0 = at epoch ends "
+                              f"only), got {self.checkpoint_every_s}")
         if self.log_every_steps < 0:
             raise ConfigError(f"train.log_every_steps: must be >= 0 (0 = off), got {self.log_every_steps}")
         for key in ("grad_accum", "epochs", "batch_size"):

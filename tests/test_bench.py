@@ -22,9 +22,9 @@ def run(script: str, *args: str) -> str:
 def test_throughput_bench_prints_every_ratio():
     out = run("throughput.py", "--models", "tiny", "--steps", "1", "--rounds", "1")
     for title in ("packed trunk vs naive loop", "bi vs cross pairs", "pcgrad on vs off", "famo vs static",
-                  "3-bert buckets vs one batch", "1-bert buckets vs one batch"):
+                  "3-bert buckets vs one batch", "1-bert buckets vs one batch", "cache build vs step forward"):
         assert title in out, out
-    assert out.count("ratio") == 6, out
+    assert out.count("ratio") == 7, out
 
 
 @pytest.mark.slow

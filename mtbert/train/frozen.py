@@ -12,7 +12,9 @@ serves batches of it in place of the embeddings:
 A stored block is keyed by everything that decides it: the tokenized sequences, n, the
 pooling (n = L), the autocast precision and a digest of the frozen weights (so a tiny
 random-init encoder gets its own entry per seed). Trials share a file memory-mapped, so the
-page cache holds it once per machine. PALs and SMART make nothing below them fixed: with
+page cache holds it once per machine. A deeper setup of the same weights and sequences
+continues from the stored states of a shallower one (the bottom 4 of 6 layers frozen, then the
+whole encoder): the layers they share are computed once. PALs and SMART make nothing below them fixed: with
 either, the cache is off.
 """
 from __future__ import annotations
@@ -51,12 +53,19 @@ class Side:
 
 
 def _digest_params(modules: Sequence[torch.nn.Module]) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    return _prefix_digests(modules)[-1]
+
+
+def _prefix_digests(modules: Sequence[torch.nn.Module]) -> list[str]:
+    """_digest_params of modules[:1], modules[:2], ... in one pass: entry d names the
+    embeddings and the first d layers, as a model frozen d deep digests them."""
+    h, out = hashlib.blake2b(digest_size=16), []
     for m in modules:
         for name, t in m.state_dict().items():
             h.update(name.encode())
             h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+        out.append(h.hexdigest())  # hashlib's digest leaves the object open to more updates
+    return out
 
 
 # Digests of pretrained weights as loaded, by (origin, frozen depth): a sweep worker's next
@@ -147,9 +156,16 @@ class BuildProgress:
 
 @torch.no_grad()
 def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int, device,
-                 autocast, batch_size: int = 64, progress: BuildProgress | None = None) -> Side:
-    """The frozen bottom's output for every sequence of one side, in the dataset's order."""
+                 autocast, batch_size: int = 64, progress: BuildProgress | None = None,
+                 prefix: tuple[int, Side] | None = None) -> Side:
+    """The frozen bottom's output for every sequence of one side, in the dataset's order.
+    `prefix`: (d, the stored states after encoder layer d of the same sequences), which the
+    layers above d continue from instead of running the embeddings and those d layers again.
+    Its batches are the same as from the embeddings (same order, same padded width), and a
+    padded position never reaches a real one (the attention mask), so on fp32 the blocks equal
+    those computed from the start."""
     depth, vector = model.frozen_depth, model.frozen_depth == model.num_layers
+    begin = prefix[0] if prefix is not None else 0
     lengths = ds.packed[side].lengths
     order = sorted(range(len(ds)), key=lambda i: int(lengths[i]))  # little padding per batch
     blocks: list[torch.Tensor | None] = [None] * len(ds)
@@ -157,21 +173,27 @@ def compute_side(model: MultitaskModel, ds: TaskDataset, side: int, pad_id: int,
     model.eval()
     for at in range(0, len(order), batch_size):
         idx = order[at:at + batch_size]
-        enc = collate(ds, idx, pad_id).inputs[side].to(device)
+        if prefix is None:
+            enc = collate(ds, idx, pad_id).inputs[side].to(device)
+            mask = enc.attention_mask
+        else:
+            states, mask = prefix[1].gather(torch.as_tensor(idx))
+            states, mask = states.to(device), mask.to(device)
         with autocast():
-            h = model.embeddings(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids)
-            mask4 = additive_mask(enc.attention_mask, h.dtype)
-            for i in range(depth):
+            h = model.embeddings(input_ids=enc.input_ids, token_type_ids=enc.token_type_ids) \
+                if prefix is None else states
+            mask4 = additive_mask(mask, h.dtype)
+            for i in range(begin, depth):
                 out = model.layer(i)(h, mask4)
                 h = out[0] if isinstance(out, tuple) else out
         h = h.float()
         if vector:  # the pooling's input: what _pool reduces the token states to
             if model.pooling == "mean":
-                m = enc.attention_mask.unsqueeze(-1).to(h.dtype)
+                m = mask.unsqueeze(-1).to(h.dtype)
                 h = ((h * m).sum(1) / m.sum(1).clamp(min=1.0))[:, None]
             else:
                 h = h[:, :1]
-        n_rows = enc.attention_mask.sum(1).tolist()
+        n_rows = mask.sum(1).tolist()
         for j, i in enumerate(idx):
             blocks[i] = h[j, : (1 if vector else n_rows[j])].cpu()
         if progress is not None:
@@ -194,25 +216,25 @@ class FrozenCache:
                  device, autocast, precision: str, cache_dir: str | Path,
                  log: Callable[[str], None] = lambda _m: None):
         self.start = model.frozen_depth
+        self.model, self.precision, self.cache_dir = model, precision, Path(cache_dir)
         weights = frozen_digest(model)
-        pooling = model.pooling if self.start == model.num_layers else "-"
         self.sides: dict[tuple[str, str], list[Side]] = {}
-        cache_dir = Path(cache_dir)
         self.built = 0
+        self.continued: set[int] = set()  # the depths of stored states a computed side continued from
+        self._prefixes: list[str] | None = None  # prefix digests, taken at the first side computed
         progress = BuildProgress(sum(len(ds) * len(ds.packed) for d in splits.values() for ds in d.values()), log)
         for split, datasets in splits.items():
             for task, ds in datasets.items():
                 sides = []
                 for s in range(len(ds.packed)):
-                    key = hashlib.blake2b(f"v{CACHE_VERSION}|{weights}|{self.start}|{pooling}|{precision}|"
-                                          f"{_digest_side(ds, s)}".encode(), digest_size=12).hexdigest()
-                    path = cache_dir / f"frozen-{task}-{split}-{s}-{key}.pt"
+                    path = self._path(task, split, ds, s, weights, self.start)
                     # A file's name is its content's key: the one this process opened is current.
                     side, built = _OPENED.get(path.resolve()), False
                     if side is None:
                         side, built = build_once(
-                            path, _load, lambda ds=ds, s=s: compute_side(model, ds, s, pad_id, device, autocast,
-                                                                         progress=progress),
+                            path, _load, lambda ds=ds, s=s, task=task, split=split: compute_side(
+                                model, ds, s, pad_id, device, autocast, progress=progress,
+                                prefix=self._stored_prefix(task, split, ds, s)),
                             lambda side, tmp: torch.save({"flat": side.flat, "lengths": side.lengths}, tmp))
                         _OPENED.keep(path.resolve(), side)
                     if not built:
@@ -220,9 +242,32 @@ class FrozenCache:
                     self.built += built
                     sides.append(side)
                 self.sides[(split, task)] = sides
+        shared = f", from the stored states of layer {max(self.continued)}" if self.continued else ""
         log(f"frozen layers: embeddings + {self.start} of {model.num_layers} encoder layers "
-            f"{'computed once' if self.built else 'read from the cache'} "
+            f"{'computed once' if self.built else 'read from the cache'}{shared} "
             f"({sum(s.flat.numel() for v in self.sides.values() for s in v) * 4 / 2**20:.0f} MB)")
+
+    def _path(self, task: str, split: str, ds: TaskDataset, side: int, weights: str, depth: int) -> Path:
+        """Where the blocks of `depth` frozen layers of these weights are stored for one side."""
+        pooling = self.model.pooling if depth == self.model.num_layers else "-"
+        key = hashlib.blake2b(f"v{CACHE_VERSION}|{weights}|{depth}|{pooling}|{self.precision}|"
+                              f"{_digest_side(ds, side)}".encode(), digest_size=12).hexdigest()
+        return self.cache_dir / f"frozen-{task}-{split}-{side}-{key}.pt"
+
+    def _stored_prefix(self, task: str, split: str, ds: TaskDataset, side: int) -> tuple[int, Side] | None:
+        """The deepest stored states below this cache's depth of the same weights and sequences
+        (a shallower setup of the same sweep, say the bottom 4 of 6 layers frozen under a
+        whole-encoder one): the layers they cover are not computed again. A stored vector
+        (the whole encoder frozen) holds no token states to continue from."""
+        if self._prefixes is None:
+            self._prefixes = _prefix_digests(self.model.digest_modules())
+        for depth in range(self.start - 1, 0, -1):
+            path = self._path(task, split, ds, side, self._prefixes[depth], depth)
+            stored = _OPENED.get(path.resolve()) or _load(path)
+            if stored is not None and len(stored.lengths) == len(ds):
+                self.continued.add(depth)
+                return depth, stored
+        return None
 
     def pack(self, split: str, batches: Sequence[tuple[Batch, torch.Tensor]]) -> tuple[Packed, torch.Tensor]:
         """The Packed layout of `batches` (each with its example indices) and the stored

@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -40,7 +41,8 @@ from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
 from mtbert.train import precision
 from mtbert.train.precision import autocast_for
-from mtbert.train.state import load_training_state, report_epoch, restore_rng, save_last, take_best, training_state
+from mtbert.train.state import (MID, MID_DIR, STATE_FILE, config_digest, load_state_into, read_mid, read_state,
+                                report_epoch, restore_rng, save_last, save_mid, take_best, training_state)
 from mtbert.train.weighting import Weighting, make_weighting
 
 Reporter = Callable[[dict, "str | None"], None]
@@ -231,14 +233,16 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
            log: Callable[[str], None] | None, progress) -> Result:
     log = log or (lambda _msg: None)
     seed_everything(cfg.train.seed)
+    state, path = _start_from(cfg, reporter, output_dir, resume_from)
     # A resumed run's state already holds the probed heads (and the probe's time and FLOPs).
-    run, probed = _setup(cfg, prepared, log, probe=cfg.train.probe and resume_from is None)
+    run, probed = _setup(cfg, prepared, log, probe=cfg.train.probe and state is None)
     out = _Outputs(run, reporter, output_dir)
-    if resume_from is None:
+    mid = state.get(MID) if state is not None else None  # where inside its first epoch the run continues
+    if state is None:
         ledger, rng_state = _Ledger.fresh(run, probed), None
     else:
-        ledger, rng_state = _resume(run, Path(resume_from), output_dir)
-        log(f"resumed from {resume_from} at epoch {ledger.next_epoch}")
+        ledger, rng_state = _resume(run, state, path, resume_from, output_dir)
+        log(f"resumed from {path.parent} at epoch {ledger.next_epoch}" + (f", step {mid['step']}" if mid else ""))
     # Last before the first step: whatever ran since the seed (model init, data, the frozen
     # cache) drew from the generators differently on a resume; the steps now draw what they
     # would have. (PCGrad's own generator is in the weighting method's state.)
@@ -251,7 +255,8 @@ def _train(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None
     for epoch in range(ledger.next_epoch, cfg.train.epochs + 1):
         if patience is not None and since_best >= patience:
             break  # a resumed run that had already run out of patience
-        m, points = _epoch(run, ledger, epoch, progress)
+        m, points = _epoch(run, ledger, epoch, progress, out, mid)
+        mid = None
         history.append(m)
         # The best epoch is the summary's (figures.py), so the bundle saved is the one it names.
         summary = figures.summary(history)
@@ -335,8 +340,12 @@ class _Ledger:
         history = state["history"]
         last = history[-1] if history else {}
         probe = {"probe_overall": history[0]["probe_overall"]} if history and "probe_overall" in history[0] else {}
-        return cls(measure.StepTimer(device, state["train_time_s"]), history, last.get("train_flops", 0),
-                   last.get("setup_flops", 0), probe, state["epoch"] + 1)
+        ledger = cls(measure.StepTimer(device, state["train_time_s"]), history, last.get("train_flops", 0),
+                     last.get("setup_flops", 0), probe, state["epoch"] + 1)
+        if state.get(MID):  # inside an epoch: the counts as they stood there
+            mid = state[MID]
+            ledger.flops, ledger.setup_flops, ledger.start_from = mid["flops"], mid["setup_flops"], mid["start_from"]
+        return ledger
 
 
 def _setup(cfg: Config, prepared: Prepared | None, log, probe: bool) -> tuple[_Run, dict | None]:
@@ -382,14 +391,34 @@ def _truncated(prepared: Prepared) -> dict[str, float]:
     return trunc
 
 
-def _resume(run: _Run, folder: Path, output_dir: str | Path | None) -> tuple[_Ledger, dict | None]:
-    """Continue from the resumable state in `folder`: its weights, optimizer, scheduler and
-    weighting states loaded into the run, its epochs as the ledger, its best/ as output_dir's.
+def _start_from(cfg: Config, reporter: Reporter | None, output_dir: str | Path | None,
+                resume_from: str | Path | None) -> tuple[dict | None, Path | None]:
+    """The resumable state the run continues from and its file: `resume_from`'s, or, for a run
+    with a reporter (whose epoch checkpoints the reporter keeps), the newer mid-epoch state in
+    its output folder where that continues the same epochs (state.py). (None, None): afresh."""
+    device = measure.pick_device(cfg.train.device)
+    state, path = None, None
+    if resume_from is not None:
+        path = Path(resume_from) / STATE_FILE
+        state = read_state(path, device)
+    if reporter is not None and output_dir is not None and cfg.train.save_checkpoint:
+        folder = Path(output_dir) / MID_DIR
+        mid = read_mid(folder, state["epoch"] if state is not None else 0, config_digest(to_dict(cfg)), device)
+        if mid is not None:
+            state, path = mid, folder / STATE_FILE
+    return state, path
+
+
+def _resume(run: _Run, state: dict, path: Path, resume_from: str | Path | None,
+            output_dir: str | Path | None) -> tuple[_Ledger, dict | None]:
+    """Continue from the resumable `state` read from `path`: its weights, optimizer, scheduler
+    and weighting states loaded into the run, its epochs as the ledger, the best/ of the
+    checkpoint resumed from as output_dir's (a mid-epoch state's best is its epochs', that one).
     Returns the ledger and the generators' states to put back before the first step."""
-    state = load_training_state(folder, run.device, run.model, run.optimizer, run.scheduler, run.weighting,
-                                run.cfg.model.name_or_path)
-    if output_dir is not None and (folder / "best").is_dir():
-        take_best(folder / "best", Path(output_dir) / "best")
+    load_state_into(state, path, run.model, run.optimizer, run.scheduler, run.weighting, run.cfg.model.name_or_path)
+    kept = Path(resume_from) / "best" if resume_from is not None else None
+    if output_dir is not None and kept is not None and kept.is_dir():
+        take_best(kept, Path(output_dir) / "best")
     return _Ledger.from_state(state, run.device), state.get("rng")
 
 
@@ -412,6 +441,12 @@ class _Outputs:
         self.where = {"device": measure.device_name(run.device),
                       "precision": precision.label(cfg.train.precision, run.device)}
         self.bundle_saved = False  # by this call: a resumed run's best/ is a copy, rewritten whole once
+        # train.checkpoint_every_s: where a mid-epoch state goes (state.py), and when the last
+        # checkpoint was; a reporter's run keeps its own beside the epochs' the reporter keeps.
+        self.mid_dir = (None if not self.saves_state or self.dir is None or not cfg.train.checkpoint_every_s
+                        else self.dir / (MID_DIR if reporter is not None else "last"))
+        self.digest = config_digest(to_dict(cfg)) if self.mid_dir is not None else ""
+        self.every, self.saved_at = cfg.train.checkpoint_every_s, time.monotonic()
 
     def save_best(self, run: _Run) -> None:
         if self.dir is None or not run.cfg.train.save_checkpoint:
@@ -438,16 +473,42 @@ class _Outputs:
             # points ride the report, not the history: results and checkpoints stay as they were.
             report = {**m, figures.SUMMARY_KEY: summary, figures.STEP_LOSSES: points.points,
                       figures.WHERE_KEY: self.where}
+            if self.mid_dir is not None:
+                # The epoch's checkpoint supersedes it; gone before the report, in which a
+                # scheduler may stop the trial for good.
+                shutil.rmtree(self.mid_dir, ignore_errors=True)
             report_epoch(self.reporter, report, state, self.config_text, self.dir, run.phase, ledger.timer.elapsed)
+        self.saved_at = time.monotonic()
+
+    def mid_due(self, step: int, steps: int, accum: int) -> bool:
+        """Whether a mid-epoch state is due after `step`: train.checkpoint_every_s passed since
+        the last checkpoint, between two optimizer steps, and not at the epoch's end (whose
+        checkpoint follows anyway)."""
+        return (self.mid_dir is not None and step < steps and step % accum == 0
+                and time.monotonic() - self.saved_at >= self.every)
+
+    def save_mid(self, run: _Run, ledger: _Ledger, epoch: int, step: int, tally: _Tally, points: StepLosses,
+                 start: tuple[float, int]) -> None:
+        """The resumable state after `step` of `epoch` (state.py: MID), replacing the last one."""
+        with run.phase("checkpoint"):
+            state = training_state(run.model, self.reference, run.optimizer, run.scheduler, run.weighting,
+                                   ledger.history, ledger.timer.elapsed, epoch - 1)
+            state[MID] = {"epoch": epoch, "step": step, "config": self.digest, "flops": ledger.flops,
+                          "setup_flops": ledger.setup_flops, "start_from": ledger.start_from, "start": list(start),
+                          "tally": tally.state(), "points": points.state()}
+            save_mid(state, self.mid_dir)
+        self.saved_at = time.monotonic()
 
 
 # --------------------------------------------------------------------------- one epoch
 
-def _epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[dict, StepLosses]:
+def _epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs | None = None,
+           mid: dict | None = None) -> tuple[dict, StepLosses]:
     """Train epoch `epoch`, then evaluate on dev: the epoch's figures (its row of the history)
-    and the step-loss points of train.log_every_steps."""
-    time0, flops0 = ledger.timer.elapsed, ledger.flops
-    tally, points = _train_epoch(run, ledger, epoch, progress)
+    and the step-loss points of train.log_every_steps. `mid`: where inside the epoch a
+    resumed run continues (state.py)."""
+    time0, flops0 = mid["start"] if mid else (ledger.timer.elapsed, ledger.flops)
+    tally, points = _train_epoch(run, ledger, epoch, progress, out, mid, (time0, flops0))
     seconds = ledger.timer.elapsed - time0
     with run.phase("eval"):
         scores = evaluate(run.model, run.prepared.dev, run.cfg, run.device, run.pad_id, run.autocast, run.cache)
@@ -486,6 +547,13 @@ class _Tally:
     def zeros(cls, tasks: int, device: torch.device) -> _Tally:
         return cls(*(torch.zeros(tasks, device=device) for _ in range(3)))
 
+    def state(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_state(cls, state: dict, device: torch.device) -> _Tally:
+        return cls(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in state.items()})
+
     def add(self, tasks: list[str], batches: list[Batch], raws: list[torch.Tensor], weights: dict) -> None:
         for b, raw in zip(batches, raws):
             i = tasks.index(b.task)
@@ -500,8 +568,11 @@ class _Tally:
                 (self.weight_sum / self.loss_cnt.clamp(min=1)).tolist(), self.loss_cnt.tolist())
 
 
-def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[_Tally, StepLosses]:
-    """The training steps of `epoch`, timed by the ledger's timer, their FLOPs added to its count."""
+def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs | None = None,
+                 mid: dict | None = None, start: tuple[float, int] = (0.0, 0)) -> tuple[_Tally, StepLosses]:
+    """The training steps of `epoch` (after `mid`'s step, where a resumed run continues), timed
+    by the ledger's timer, their FLOPs added to its count; a mid-epoch state where `out` says
+    one is due (`start`: the epoch's starting time and FLOPs, which the state keeps)."""
     cfg, device, accum = run.cfg, run.device, run.cfg.train.grad_accum
     schedule = task_schedule(cfg.sampling.strategy, run.sizes, epoch, cfg.train.epochs, run.n_steps, cfg.train.seed)
     iters = {t: TaskBatches(run.sizes[t], cfg.train.batch_size, seed=cfg.train.seed * 1000 + epoch)
@@ -509,12 +580,19 @@ def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[_Tal
     tally = _Tally.zeros(len(cfg.tasks), device)
     recent: list[tuple[int, torch.Tensor, list[str]]] = []
     points = StepLosses(cfg.tasks, cfg.train.log_every_steps, len(schedule), (epoch - 1) * run.n_steps)
+    done = 0
+    if mid:  # the samplers replay the epoch's draws up to its step (seeded per epoch: no generator read)
+        done, tally = mid["step"], _Tally.from_state(mid["tally"], device)
+        points.load(mid["points"])
+        for step_tasks in schedule[:done]:
+            for t in step_tasks:
+                iters[t].next()
     # Checking finiteness needs a host sync; on CPU it is free, on GPU we batch the check.
     check_every = 1 if device.type == "cpu" else 25
     if progress is not None:
         progress.start_epoch()
     with ledger.timer:
-        for step, step_tasks in enumerate(schedule, 1):
+        for step, step_tasks in enumerate(schedule[done:], done + 1):
             idx_of = [iters[t].next() for t in step_tasks]
             batches = [_batch(run.prepared.train[t], idx, run.pad_id, run.cache) for t, idx in zip(step_tasks, idx_of)]
             # Gradients of `accum` micro-batches add up to one optimizer step; each loss is
@@ -541,6 +619,12 @@ def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress) -> tuple[_Tal
                 recent.clear()
             if progress is not None:
                 progress.step(epoch, step, len(schedule), tally.seqs, losses)
+            if out is not None and out.mid_due(step, len(schedule), accum):
+                _check_finite(recent, epoch)  # a state is saved only with every loss so far finite
+                recent.clear()
+                ledger.timer.__exit__(None, None, None)  # the checkpoint's time is not the steps'
+                out.save_mid(run, ledger, epoch, step, tally, points, start)
+                ledger.timer.__enter__()
     return tally, points
 
 
@@ -694,6 +778,14 @@ class StepLosses:
             if n > 0:
                 self.points.setdefault(f"loss_{task}", []).append([self.before + step, (sums[i] - self._sum[i]) / n])
         self._sum, self._count = sums, counts
+
+    def state(self) -> dict:
+        return {"points": self.points, "sum": self._sum, "count": self._count}
+
+    def load(self, state: dict) -> None:
+        """Continue from a mid-epoch state's points and sums (state.py)."""
+        self.points = {k: [list(p) for p in v] for k, v in state["points"].items()}
+        self._sum, self._count = list(state["sum"]), list(state["count"])
 
 
 def _check_finite(recent, epoch: int) -> None:

@@ -9,6 +9,15 @@ numpy and torch (CPU and CUDA) generators, so those are saved at the checkpoint 
 back on resume. The samplers need no state of their own at an epoch boundary: each epoch's
 task schedule and batch orders are drawn from (train.seed, epoch) alone, so the positions
 saved are the next epoch and nothing else.
+
+Mid-epoch: a run that has trained train.checkpoint_every_s since its last checkpoint writes
+one between two optimizer steps (MID). Beside the above it holds where in the epoch the run
+is (the step: the samplers replay the epoch's draws up to it, drawing nothing from the
+generators), the epoch's running sums and step-loss points so far, and the epoch's starting
+time and FLOP count. A run with a reporter (a sweep trial, whose epoch checkpoints are
+Tune's) keeps it in its output folder's mid/, and a restart continues from it where it
+continues the same epochs as the checkpoint it was handed; `mtbert train --output` keeps it
+as its last/ state, which `--resume` reads.
 """
 from __future__ import annotations
 
@@ -25,6 +34,8 @@ import torch
 from mtbert.bundle import load_stored, save_atomic, stored_state
 
 STATE_FILE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
+MID = "mid"  # in a state: where inside an epoch it was written (absent at an epoch's end)
+MID_DIR = "mid"  # a reporting run's mid-epoch state, in its output folder
 
 
 def capture_rng(generator: torch.Generator | None = None) -> dict:
@@ -109,6 +120,13 @@ def load_training_state(folder: Path, device, model, optimizer, scheduler, weigh
     history, counters and RNG states the caller continues from."""
     path = folder / STATE_FILE
     state = read_state(path, device)
+    load_state_into(state, path, model, optimizer, scheduler, weighting, source)
+    return state
+
+
+def load_state_into(state: dict, path: Path, model, optimizer, scheduler, weighting, source: str) -> None:
+    """What `state` (read from `path`) holds of the model, optimizer, LR scheduler and loss
+    weighting, loaded into them."""
     if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
         load_stored(model, state["model"], state.get("frozen"), path, source,
                     "give model.name_or_path the weights the run started from, or train afresh")
@@ -116,7 +134,37 @@ def load_training_state(folder: Path, device, model, optimizer, scheduler, weigh
         if "scheduler" in state:  # the resumed run continues on the same LR curve
             scheduler.load_state_dict(state["scheduler"])
         weighting.load_state_dict(state.get("weighting", {}))
-    return state
+
+
+def config_digest(config: dict) -> str:
+    """Names a run's config in its mid-epoch state: a state of another config is not continued."""
+    import hashlib
+    import json
+
+    return hashlib.blake2b(json.dumps(config, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+
+
+def read_mid(folder: Path, epochs_done: int, digest: str, device) -> dict | None:
+    """The mid-epoch state in `folder` where it continues a run of this config from
+    `epochs_done` finished epochs (the checkpoint a restart was handed, 0 for none); else None:
+    one of an earlier epoch, another config, or a file a kill cut short."""
+    from mtbert.errors import CheckpointUnreadable
+
+    path = folder / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = read_state(path, device)
+    except CheckpointUnreadable:
+        return None
+    mid = state.get(MID)
+    return state if mid and state["epoch"] == epochs_done and mid.get("config") == digest else None
+
+
+def save_mid(state: dict, folder: Path) -> None:
+    """A mid-epoch state, replacing the one before by a rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    save_atomic(state, folder / STATE_FILE)
 
 
 def take_best(kept: Path, best: Path) -> None:

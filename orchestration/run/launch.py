@@ -81,7 +81,36 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     for it: tokenize once per distinct data setup and, with `frozen` (a local sweep: the
     trials' machine and cache folder are the driver's), compute the frozen-layer cache once
     per distinct frozen setup (mtbert/train/frozen.py). Returns its seconds (setup_*_s),
-    which the parent run records; a trial's figures never include them."""
+    which the parent run records; a trial's figures never include them. It runs on every CPU
+    the driver may use (no trial runs yet), not the few a trial is given."""
+    with machine_threads() as threads:
+        return _shared_setup(planner, log, frozen, threads)
+
+
+def driver_cpus() -> int:
+    """The CPUs this process may run on: its affinity (which taskset, a container or a SLURM
+    allocation narrows), where the platform has one, else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def machine_threads():
+    """torch's threads set to driver_cpus() inside, put back after: the driver may have been
+    given fewer (OMP_NUM_THREADS, or a trial's count), and what it does next keeps those."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(driver_cpus())
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _shared_setup(planner: Planner, log: Callable[[str], None], frozen: bool, threads: int) -> dict[str, float]:
     from mtbert.config import build_config
     from mtbert.data.tokenize import prepare
     from mtbert.train.frozen import setup_signature
@@ -106,7 +135,9 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
         return setup
     _share_peaks(configs, planner.sweep.spec.resources.cpu)
     t1, built, computing = time.perf_counter(), 0, 0.0
-    for cfg in configs:
+    # Shallower frozen setups first: a deeper one of the same encoder and data continues from
+    # their stored states (mtbert/train/frozen.py), so the layers they share are computed once.
+    for cfg in sorted(configs, key=lambda c: math.inf if c.freeze.layers < 0 else c.freeze.layers):
         signature = setup_signature(cfg)
         if signature not in frozen_seen:
             frozen_seen.add(signature)
@@ -116,7 +147,7 @@ def _prepare_data(planner: Planner, log: Callable[[str], None], frozen: bool = T
     setup["setup_frozen_cache_s"] = frozen_s
     if built:
         log(f"frozen layers: {built} block(s) computed in {computing:.1f}s ({frozen_s:.1f}s with the models "
-            f"loaded) for {len(frozen_seen)} setup(s), once for the sweep")
+            f"loaded) for {len(frozen_seen)} setup(s), once for the sweep, on {threads} CPU thread(s)")
     elif frozen_seen:
         log(f"frozen layers: {len(frozen_seen)} setup(s) checked in {frozen_s:.1f}s, nothing to compute")
     return setup
@@ -134,6 +165,26 @@ def _share_peaks(configs: list, cpus: float) -> None:
         device = pick_device(cfg.train.device)
         runs.append((device, label(cfg.train.precision, device)))
     share_peaks(runs, max(1, int(cpus)))
+
+
+SETUP_TIME = "setup_time_s"  # on the parent run: the shared setup's wall seconds, Ray's start included
+
+
+@contextmanager
+def _setup_ends_parent(tracking: SweepTracking):
+    """The shared setup runs under the sweep's parent run: where it fails (the data, the frozen
+    cache, Ray's start), the parent ends FAILED with the one-line error (KILLED on a Ctrl-C),
+    never left RUNNING nor FINISHED, and the error goes on to the caller."""
+    try:
+        yield
+    except BaseException as exc:
+        failed = not isinstance(exc, KeyboardInterrupt)
+        if failed:
+            tracking.tag_parent({"error": _first_line(exc)})
+        tracking.end_parent("FAILED" if failed else "KILLED")
+        tracking.flush(timeout=10.0)
+        tracking.release()
+        raise
 
 
 def check_ray_address(address: str, timeout: float = 5.0) -> None:
@@ -371,33 +422,38 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
                          f"`{tool('mtbert')} sweep resume {run_name}` or pick another --name")
     for note in sweep.notes:
         log(note)
-    setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
-    plugins = list(sweep.base.get("plugins") or [])
-    local = _init_ray(address, num_cpus, plugins)
-    _check_resources(sweep, local, log)
-    if not local:  # every node must see the data, a local model and one shared Tune storage
-        from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
-
-        check_paths_on_nodes(input_paths([t["config"] for t in planner.fixed_trials()]))
-        check_shared_storage(storage_dir)
-
     experiment = sweep.experiment
     commit = git_commit()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RECORD_FILE).unlink(missing_ok=True)  # left by a run of this name that died before Tune saved
     outage_s = sweep.spec.tracking.outage_s
+    # The parent run before the shared setup: the UI shows the sweep RUNNING from its first
+    # second (the setup may take many minutes), and the run's duration covers the whole sweep.
     tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
                                    _parent_tags(sweep, planner, run_dir, total), commit, state_dir=run_dir,
                                    outage_s=outage_s, view=_runs_view(sweep), log=log)
-    tracking.describe_parent(sweep.base)  # [describe] dataset inputs + data report (synced)
-    tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
-    claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
-    tracking.log_parent_artifacts({
-        "sweep.yaml": sweep.text,
-        "search_space.json": _search_space_doc(sweep, planner),
-        "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
-        **({CLAIMS_FILE: claims_doc} if sweep.claims else {}),
-    })
+    plugins = list(sweep.base.get("plugins") or [])
+    with _setup_ends_parent(tracking):
+        claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
+        tracking.log_parent_artifacts({
+            "sweep.yaml": sweep.text,
+            "search_space.json": _search_space_doc(sweep, planner),
+            "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
+            **({CLAIMS_FILE: claims_doc} if sweep.claims else {}),
+        })
+        t_setup = time.perf_counter()
+        setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
+        # [describe] dataset inputs + data report (synced): read from what the setup prepared
+        tracking.describe_parent(sweep.base)
+        local = _init_ray(address, num_cpus, plugins)
+        _check_resources(sweep, local, log)
+        if not local:  # every node must see the data, a local model and one shared Tune storage
+            from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
+
+            check_paths_on_nodes(input_paths([t["config"] for t in planner.fixed_trials()]))
+            check_shared_storage(storage_dir)
+        setup[SETUP_TIME] = time.perf_counter() - t_setup  # tokenizing, the frozen cache, Ray's start
+        tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
     (run_dir / STATE_FILE).write_text(json.dumps({
         "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
         "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
@@ -1032,8 +1088,9 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
         f"({o.stopped_early} stopped early), {o.failed} failed{best}")
     if o.setup:  # the parent run's setup_*_s: before the first trial, in no trial's time nor budget.hours
         parts = ", ".join(f"{k.removeprefix('setup_').removesuffix('_s').replace('_', ' ')} {v:.1f}s"
-                          for k, v in o.setup.items())
-        log(f"shared setup {sum(o.setup.values()):.1f}s before the first trial ({parts}): "
+                          for k, v in o.setup.items() if k != SETUP_TIME)
+        whole = o.setup.get(SETUP_TIME, sum(o.setup.values()))
+        log(f"shared setup {whole:.1f}s before the first trial ({parts}): "
             "no trial's time, nor seeds.budget.hours'")
     for line in o.verdicts:
         log(line)
