@@ -488,7 +488,7 @@ def _build_scalar(tp, value: Any, path: str):
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
-        number = _as_float(value)
+        number = as_float(value)
         if number is not None:
             # .inf and .nan pass every `x > 0` or `x < 1` a setting is checked with, then
             # surface as a NaN loss or a verdict "within inf": no setting here means either.
@@ -503,8 +503,9 @@ def _build_scalar(tp, value: Any, path: str):
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
 
 
-def _as_float(value: Any) -> float | None:
-    """A number (not a bool) or a numeric string as a float, else None."""
+def as_float(value: Any) -> float | None:
+    """A number (not a bool) or a numeric string as a float, else None: the one reading of a
+    number from YAML, for configs, sweeps and claims alike."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             return float(value)
