@@ -89,13 +89,13 @@ def read_state(path: Path, device) -> dict:
     """The resumable state at `path`, or CheckpointUnreadable naming it: a file a kill cut
     short fails inside torch's reader (a zip without its directory, a pickle ending early)
     with a message that names neither the file nor what to do."""
-    from mtbert.errors import CheckpointUnreadable
+    from mtbert.errors import CheckpointUnreadable, first_line
 
     try:
         state = torch.load(path, map_location=device, weights_only=False)
     except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is unreadable
         # torch's own message goes on for lines about other causes: its first sentence.
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:200]
+        first = first_line(exc, 200, sentence=True)
         raise CheckpointUnreadable(f"{path}: unreadable ({type(exc).__name__}: {first})") from exc
     if not isinstance(state, dict) or "epoch" not in state:
         raise CheckpointUnreadable(f"{path}: unreadable (not a training state)")

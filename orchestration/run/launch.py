@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import yaml
 
+from mtbert.errors import first_line
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.run.stops import GROUP_SIGNALS
@@ -682,7 +683,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
                 "trials at once, max_concurrent, or more memory)")
         elif _is_tracking_error(exc):
             raise TrackingUnavailable(
-                f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
+                f"tracking store {tracking.uri} failed mid-sweep ({first_line(exc, 200)}); Ray Tune saved "
                 f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
         else:
             raise
@@ -817,11 +818,6 @@ def _is_tracking_error(exc: BaseException) -> bool:
     return isinstance(exc, (MlflowException, requests.RequestException))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
 def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
            models: tuple[str, str | None] = ("best", None), experiment: str = "", claims: list | None = None,
            judged: list[str] | None = None, smoke: bool = False) -> None:
@@ -876,7 +872,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log(f"warning: {what} failed: {_first_line(exc)}")
+            log(f"warning: {what} failed: {first_line(exc, 200)}")
 
 
 def parent_status(status: str, runs: list) -> str:

@@ -15,6 +15,8 @@ from typing import Any
 
 from ray import tune
 
+from mtbert.errors import first_line
+
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
 # The key of a trial's last report when it failed for good: its one-line reason.
@@ -106,7 +108,7 @@ def run_trial(config: dict[str, Any], experiment_dir: str | None = None) -> None
         except OSError:  # the traceback only: the reason goes with the report
             pass
         # No figures in this report: a searcher reads the trial as failed, ASHA skips it (no epoch).
-        tune.report({FAILED: f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]})
+        tune.report({FAILED: first_line(f"{type(exc).__name__}: {exc}", 2000)})
 
 
 def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:

@@ -60,6 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from mtbert.errors import first_line
 from orchestration.errors import TrackingUnavailable
 from orchestration.paths import sqlite_path
 from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
@@ -126,8 +127,7 @@ def _reason(exc: BaseException) -> str:
                          ("Connection aborted", "connection aborted")):
         if needle in text:
             return said
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return first[:200]
+    return first_line(exc, 200)
 
 
 def check_tracking(uri: str) -> None:
