@@ -37,13 +37,11 @@ def _resumable(out: Path) -> Path | None:
 
 
 def _move_in(partial: Path, out: Path) -> None:
+    from mtbert.outputs import remove_path
+
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_FILES:
-        old = out / name
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        elif old.exists() or old.is_symlink():
-            old.unlink()
+        remove_path(out / name)
     for item in partial.iterdir():
         os.replace(item, out / item.name)
 

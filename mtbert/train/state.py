@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from mtbert.bundle import load_stored, save_atomic, stored_state
+from mtbert.outputs import remove_path
 
 STATE_FILE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
 
@@ -123,10 +124,7 @@ def take_best(kept: Path, best: Path) -> None:
     """A resumed run continues from its checkpoint's best/, not from whatever its folder holds:
     another node's trial folder has none, and after a stop the trainable left there a link into
     the checkpoint, which a save must not write through (orchestration/run/trainable.py)."""
-    if best.is_symlink() or best.is_file():
-        best.unlink()
-    elif best.is_dir():
-        shutil.rmtree(best)
+    remove_path(best)
     shutil.copytree(kept, best)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ray import tune
 
 from mtbert.errors import first_line
+from mtbert.outputs import remove_path
 
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
@@ -211,9 +212,6 @@ def _refer_to_checkpoint(best: Path, checkpoint) -> None:
     # The bundle that stays: a slim one's weights compacted here, on the driver, once the
     # trial has ended, so that no trial's slot pays for it (mtbert/bundle.py).
     compact_bundle(kept)
-    if best.is_symlink():
-        best.unlink()
-    elif best.exists():
-        shutil.rmtree(best)
+    remove_path(best)
     best.parent.mkdir(parents=True, exist_ok=True)
     best.symlink_to(os.path.relpath(kept, best.parent), target_is_directory=True)

@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 import pandas as pd  # at import: MLflow resolves MtbertModel.predict's hint in these globals
 
 from mtbert.errors import first_line
+from mtbert.outputs import remove_path
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 
@@ -95,7 +96,7 @@ def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
         return found
     if folder.exists():  # an earlier download cut short, or a file since changed: fetched again
         log(f"model: the cache {folder} is incomplete: downloading again")
-        shutil.rmtree(folder)
+        remove_path(folder)
     log(f"model: downloading {fetch} into the cache {folder}")
     # Into a side folder of its own first, renamed when whole: an interrupted download never
     # looks cached, and two commands fetching the same model at once do not mix their files.
