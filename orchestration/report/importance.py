@@ -483,7 +483,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
             figures: Sequence[str]) -> pd.DataFrame:
     """Two configurations: the second's difference from the first, paired by seed (the mean of
     a seed's runs where it ran more than one)."""
-    from orchestration.report.verdicts import ALPHA, interval
+    from orchestration.report.verdicts import ALPHA, interval, seed_means
 
     first, second = (np.flatnonzero(configuration == c)[0] for c in (0, 1))
     label = "; ".join(f"{name}: {_label(col[second])} - {_label(col[first])}"
@@ -491,8 +491,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
     rows = []
     for figure in figures:
         y = pd.to_numeric(table[figure], errors="coerce").to_numpy(dtype=float)
-        per_seed = [pd.Series(y[configuration == c]).groupby(seeds[configuration == c]).mean().to_dict()
-                    for c in (0, 1)]
+        per_seed = [seed_means(y[configuration == c], seeds[configuration == c]) for c in (0, 1)]
         # A fixed design (importance reads a finished sweep once): the mean's t-interval.
         found = interval(per_seed[1], per_seed[0], method="mean")
         decided = found.n >= 2 and (found.low > 0 or found.high < 0)
