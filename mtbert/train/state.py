@@ -25,7 +25,7 @@ import torch
 from mtbert.bundle import load_stored, save_atomic, stored_state
 from mtbert.outputs import remove_path
 
-STATE_FILE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
+CHECKPOINT_STATE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
 
 
 def capture_rng(generator: torch.Generator | None = None) -> dict:
@@ -80,10 +80,10 @@ def training_state(model, reference: dict | None, optimizer, scheduler, weightin
 
 
 def save_last(state: dict, out_dir: Path) -> None:
-    """`mtbert train --output`'s resumable state, out_dir/last/STATE_FILE, replaced by a rename:
+    """`mtbert train --output`'s resumable state, out_dir/last/CHECKPOINT_STATE, replaced by a rename:
     a run killed while writing it keeps the previous epoch's."""
     (out_dir / "last").mkdir(parents=True, exist_ok=True)
-    save_atomic(state, out_dir / "last" / STATE_FILE)
+    save_atomic(state, out_dir / "last" / CHECKPOINT_STATE)
 
 
 def read_state(path: Path, device) -> dict:
@@ -108,7 +108,7 @@ def load_training_state(folder: Path, device, model, optimizer, scheduler, weigh
     model, optimizer, LR scheduler and loss weighting loaded into them; `source` is the
     model.name_or_path whose weights the frozen tensors must be. Returns the state, whose
     history, counters and RNG states the caller continues from."""
-    path = folder / STATE_FILE
+    path = folder / CHECKPOINT_STATE
     state = read_state(path, device)
     if not state.get("final"):  # a finished run's state has no weights: no epoch is left to train
         load_stored(model, state["model"], state.get("frozen"), path, source,
@@ -153,7 +153,7 @@ def report_epoch(reporter: Callable[[dict, str | None], None], metrics: dict, st
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
     try:
         with phase("checkpoint"):
-            torch.save(state, tmp / STATE_FILE)
+            torch.save(state, tmp / CHECKPOINT_STATE)
             (tmp / "config.yaml").write_text(config_text)
             # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
             # the driver logs it to MLflow. Linked, not copied, where the folder allows: the
