@@ -47,15 +47,15 @@ def _move_in(partial: Path, out: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mtbert.config import REFERENCE, load_config
+    from mtbert.config import REFERENCE_OVERRIDES, load_config
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
     from mtbert.train.progress import ProgressBar
     from mtbert.train.state import CHECKPOINT_STATE
 
     # --reference: the frozen encoder with linear heads; --set still wins over it.
-    cfg = load_config(args.config, ([f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE.items()]
-                                    if args.reference else []) + list(args.set))
+    reference = [f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE_OVERRIDES.items()]
+    cfg = load_config(args.config, (reference if args.reference else []) + list(args.set))
     check_against_encoder(cfg)  # depth-dependent keys fail before data is read
     out = Path(args.output)
     resume_from = None

@@ -814,10 +814,10 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
 # The frozen reference: the encoder as it came, every layer frozen, with linear heads on top.
 # A fine-tuned row that scores below it has lost what the encoder knew. `mtbert train
 # --reference` and a sweep's `reference: true` apply these over the config.
-REFERENCE = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
-             "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
-             "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
-             "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
+REFERENCE_OVERRIDES = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
+                       "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
+                       "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
+                       "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
 
 
 def resolve(cfg: Config) -> Config:
