@@ -138,7 +138,7 @@ def fused_adamw(device_type: str) -> bool:
     return True
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
+def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
     """optim.schedule over `total_steps` optimizer steps, after optim.warmup."""
     w = cfg.optim.warmup
     warmup = int(w) if w >= 1 else int(round(w * total_steps))
@@ -366,7 +366,7 @@ def _setup(cfg: Config, prepared: Prepared | None, log, probe: bool) -> tuple[_R
                 "params_trainable": params_trainable}
     sizes = {t: len(ds) for t, ds in prepared.train.items()}
     n_steps = steps_per_epoch(cfg, sizes)
-    scheduler = make_scheduler(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
+    scheduler = make_lr_schedule(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
     return _Run(cfg, device, autocast, phase, prepared, pad_id, model, cache, cache_s, weighting, optimizer,
                 scheduler, shared, sizes, n_steps, size, _truncated(prepared)), probed
 

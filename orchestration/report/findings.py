@@ -156,7 +156,7 @@ def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any]) -> dict[str, st
     return {str(r["tags.seed"]): str(r["tags.diverged"]) for _, r in hit.iterrows()}
 
 
-def evaluate(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = None) -> pd.DataFrame:
+def judge_claims(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = None) -> pd.DataFrame:
     """The claims' verdicts on the runs, the family's error shared out among them
     (verdicts.claim_alphas; error_rate None: each claim's own setting)."""
     if error_rate is not None:
@@ -306,5 +306,5 @@ def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
         claims = logged_claims(uri, experiments)
     else:
         _check_claimed_experiments(uri, claims)
-    table = evaluate(read_runs(uri, experiments), claims, error_rate)
+    table = judge_claims(read_runs(uri, experiments), claims, error_rate)
     return render(table, fmt), table

@@ -152,7 +152,7 @@ class Dim:
 
 
 @dataclass
-class Points:
+class SweptRuns:
     """The configurations (index: variant) with their encoded values of each Dim, and the
     finished runs (variant, seed, one column per figure): assess()'s table, joined."""
     values: pd.DataFrame
@@ -198,7 +198,7 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
 
 
 def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
-           space: dict[str, dict] | None = None) -> Points:
+           space: dict[str, dict] | None = None) -> SweptRuns:
     """The sweep's configurations from its child runs (reader.child_runs' frame)."""
     col = reader.col
     keys = _space_keys(parent_tags)
@@ -227,7 +227,7 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
         for dim, column in encoded:
             dims.append(dim)
             values[dim.name] = column
-    return Points(values, dims, frame, names)
+    return SweptRuns(values, dims, frame, names)
 
 
 def space_doc(uri: str, parent) -> dict[str, dict] | None:
@@ -501,7 +501,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def compute(p: Points, permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED) -> pd.DataFrame:
+def compute(p: SweptRuns, permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED) -> pd.DataFrame:
     """assess() on a sweep's points (their encoded values, each run's seed and figures)."""
     check_permutations(permutations)
     if p.values.empty:
@@ -539,7 +539,7 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
     return None, f"not computed from these {runs} finished runs yet"
 
 
-def _points(uri: str, experiment_id: str, parent) -> Points:
+def _points(uri: str, experiment_id: str, parent) -> SweptRuns:
     """The points of a sweep's finished runs, read with the leaderboard's keys in one read."""
     tags = parent.data.tags
     runs = reader.child_runs(uri, experiment_id, parent.info.run_id,

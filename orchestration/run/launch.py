@@ -893,12 +893,12 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     each configuration's part in the claims on its run; a line per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
     seconds: its claims are checked for shape (each side selects configurations that ran, the
     metric is logged) and never judged, so that no verdict of a smoke run is ever cited."""
-    from orchestration.report.findings import claim_marks, claim_sides, evaluate, read_runs, render
+    from orchestration.report.findings import claim_marks, claim_sides, judge_claims, read_runs, render
     from orchestration.report.verdicts import NOT_RUN
 
     tracking.flush()  # the trials' last figures are in the store
     runs = read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id)
-    table = evaluate(runs, claims)
+    table = judge_claims(runs, claims)
     if smoke:
         tracking.tag_parent({"verdicts": SMOKE_NOT_JUDGED})
         return [f"claim {r['claim']}: {SMOKE_NOT_JUDGED} "

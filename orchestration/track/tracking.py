@@ -190,7 +190,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def epoch_metrics(result: dict[str, Any]) -> dict[str, float]:
+def report_figures(result: dict[str, Any]) -> dict[str, float]:
     """The training figures of one Tune report (Tune's bookkeeping keys dropped)."""
     return {k: float(v) for k, v in result.items() if k not in TUNE_KEYS and _is_number(v)}
 
@@ -742,7 +742,7 @@ class SweepTracking:
 
         from mtbert.figures import STEP_LOSSES
 
-        metrics = epoch_metrics(result)
+        metrics = report_figures(result)
         entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
         points = result.get(STEP_LOSSES)
         if isinstance(points, dict) and points:  # train.log_every_steps: sent with the epoch's figures
