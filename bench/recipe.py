@@ -40,7 +40,7 @@ from mtbert.data.tokenize import collate, prepare
 from mtbert.model.encoder import encoder_config
 from mtbert.model.multitask import MultitaskModel
 from mtbert.tasks import get_task
-from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
+from mtbert.train.loop import _update, make_lr_schedule, make_optimizer, seed_everything, train_step
 from mtbert.train.measure import cpu_has_bf16, matmul_peak, sync
 from mtbert.train.precision import autocast_for, matmul_precision
 from mtbert.train.weighting import make_weighting
@@ -120,7 +120,7 @@ class Arm:
             self.model = MultitaskModel(self.cfg, vocab_size=len(prepared.tokenizer), pad_token_id=0).to(self.device)
             self.weighting = make_weighting(self.cfg)
             self.opt = make_optimizer(self.model, self.cfg)
-            self.sched = make_scheduler(self.opt, self.cfg, 10 ** 6)
+            self.sched = make_lr_schedule(self.opt, self.cfg, 10 ** 6)
             self.shared = self.model.shared_parameters()
 
     def step(self) -> None:

@@ -34,7 +34,7 @@ from mtbert.data.tokenize import collate, prepare
 from mtbert.data.types import Batch, Encoded
 from mtbert.model.multitask import MultitaskModel, pack
 from mtbert.train.frozen import FrozenCache
-from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
+from mtbert.train.loop import _update, make_lr_schedule, make_optimizer, seed_everything, train_step
 from mtbert.train.weighting import make_weighting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ class Arm:
         self.model = MultitaskModel(self.cfg, vocab_size=len(tok), pad_token_id=self.pad)
         self.weighting = make_weighting(self.cfg)
         self.opt = make_optimizer(self.model, self.cfg, self.weighting.parameters())
-        self.sched = make_scheduler(self.opt, self.cfg, 10**6)
+        self.sched = make_lr_schedule(self.opt, self.cfg, 10**6)
         self.shared = self.model.shared_parameters()
         self.weights = {t: self.cfg.loss_weight(t) for t in self.cfg.tasks}
         self.iters = {t: TaskBatches(len(ds), self.cfg.train.batch_size, seed=0)

@@ -25,7 +25,7 @@ from mtbert.config import build_config
 from mtbert.data.samplers import TaskBatches
 from mtbert.data.tokenize import collate, prepare
 from mtbert.model.multitask import MultitaskModel
-from mtbert.train.loop import _update, make_optimizer, make_scheduler, seed_everything, train_step
+from mtbert.train.loop import _update, make_lr_schedule, make_optimizer, seed_everything, train_step
 from mtbert.train.weighting import WEIGHTINGS, make_weighting
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ class Method:
         self.model = copy.deepcopy(model)
         self.weighting = make_weighting(self.cfg, device)
         self.opt = make_optimizer(self.model, self.cfg, self.weighting.parameters())
-        self.sched = make_scheduler(self.opt, self.cfg, 10**6)
+        self.sched = make_lr_schedule(self.opt, self.cfg, 10**6)
         self.shared = self.model.shared_parameters()
         self.seconds, self.steps, self.extra, self.plain, self.passes, self.device = 0.0, 0, 0, 0, 0, device
 

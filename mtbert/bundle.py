@@ -397,6 +397,7 @@ def _model_from(path: Path, cfg, meta: dict, source: str):
     """The model of a slim bundle: built from the pretrained `source`, whose weights stand for
     the frozen tensors the bundle left out (load_stored checks their digest)."""
     from mtbert.config import ConfigError
+    from mtbert.errors import first_line
     from mtbert.model.multitask import MultitaskModel
 
     built = copy.deepcopy(cfg)
@@ -404,7 +405,7 @@ def _model_from(path: Path, cfg, meta: dict, source: str):
     try:
         return MultitaskModel(built, vocab_size=meta["vocab_size"], pad_token_id=meta["pad_token_id"])
     except (ConfigError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         raise BundleError(
             f"{path}: a slim bundle whose frozen encoder weights are read from {source}, which does not "
             f"load here ({reason.removeprefix('model.name_or_path: ')}); put that model there, name its "

@@ -28,43 +28,41 @@ def _partial_folder(out: Path) -> Path:
 def _resumable(out: Path) -> Path | None:
     """The folder `--resume` continues: the newest stopped run's partial folder beside --output
     (a killed run never reached --output), else --output itself; None when neither holds one."""
-    from mtbert.train.state import STATE_FILE
+    from mtbert.train.state import CHECKPOINT_STATE
 
-    stopped = [p for p in out.parent.glob(f".{out.name}.partial-*") if (p / "last" / STATE_FILE).is_file()]
+    stopped = [p for p in out.parent.glob(f".{out.name}.partial-*") if (p / "last" / CHECKPOINT_STATE).is_file()]
     if stopped:
-        return max(stopped, key=lambda p: (p / "last" / STATE_FILE).stat().st_mtime)
-    return out if (out / "last" / STATE_FILE).is_file() else None
+        return max(stopped, key=lambda p: (p / "last" / CHECKPOINT_STATE).stat().st_mtime)
+    return out if (out / "last" / CHECKPOINT_STATE).is_file() else None
 
 
 def _move_in(partial: Path, out: Path) -> None:
+    from mtbert.outputs import remove_path
+
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_FILES:
-        old = out / name
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old)
-        elif old.exists() or old.is_symlink():
-            old.unlink()
+        remove_path(out / name)
     for item in partial.iterdir():
         os.replace(item, out / item.name)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mtbert.config import REFERENCE, load_config
+    from mtbert.config import REFERENCE_OVERRIDES, load_config
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
     from mtbert.train.progress import ProgressBar
-    from mtbert.train.state import STATE_FILE
+    from mtbert.train.state import CHECKPOINT_STATE
 
     # --reference: the frozen encoder with linear heads; --set still wins over it.
-    cfg = load_config(args.config, ([f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE.items()]
-                                    if args.reference else []) + list(args.set))
+    reference = [f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE_OVERRIDES.items()]
+    cfg = load_config(args.config, (reference if args.reference else []) + list(args.set))
     check_against_encoder(cfg)  # depth-dependent keys fail before data is read
     out = Path(args.output)
     resume_from = None
     if args.resume:
         run_dir = _resumable(out)
         if run_dir is None:
-            raise FileNotFoundError(f"--resume: {out / 'last' / STATE_FILE} not found; "
+            raise FileNotFoundError(f"--resume: {out / 'last' / CHECKPOINT_STATE} not found; "
                                     f"{out} holds no run to continue (train without --resume)")
         resume_from = run_dir / "last"
         # A stopped run's partial folder goes on filling; a run that already reached --output
@@ -80,7 +78,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if partial is not None:
             _move_in(partial, out)
     except BaseException:
-        if partial is not None and (partial / "last" / STATE_FILE).is_file():
+        if partial is not None and (partial / "last" / CHECKPOINT_STATE).is_file():
             print(f"mtbert: the run so far is kept in {partial}; `--resume` continues it", file=sys.stderr)
             partial = None
         if (out / "result.json").exists():

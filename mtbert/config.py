@@ -495,7 +495,7 @@ def _build_scalar(tp, value: Any, path: str):
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif tp is float:
-        number = _as_float(value)
+        number = as_float(value)
         if number is not None:
             # .inf and .nan pass every `x > 0` or `x < 1` a setting is checked with, then
             # surface as a NaN loss or a verdict "within inf": no setting here means either.
@@ -510,8 +510,9 @@ def _build_scalar(tp, value: Any, path: str):
     raise ConfigError(f"{path}: expected {_type_name(tp)}, got {value!r}")
 
 
-def _as_float(value: Any) -> float | None:
-    """A number (not a bool) or a numeric string as a float, else None."""
+def as_float(value: Any) -> float | None:
+    """A number (not a bool) or a numeric string as a float, else None: the one reading of a
+    number from YAML, for configs, sweeps and claims alike."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             return float(value)
@@ -820,10 +821,10 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
 # The frozen reference: the encoder as it came, every layer frozen, with linear heads on top.
 # A fine-tuned row that scores below it has lost what the encoder knew. `mtbert train
 # --reference` and a sweep's `reference: true` apply these over the config.
-REFERENCE = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
-             "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
-             "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
-             "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
+REFERENCE_OVERRIDES = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
+                       "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
+                       "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
+                       "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
 
 
 def resolve(cfg: Config) -> Config:

@@ -13,6 +13,17 @@ def did_you_mean(word, options: Iterable[str], prefix: str = "", cutoff: float =
     return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
 
 
+def first_line(what: BaseException | str, limit: int | None = None, sentence: bool = False) -> str:
+    """The first line of an error's message (or of a text), for the one-line errors this project
+    writes: a library's message often goes on for lines. An exception without a message gives
+    its type's name; `sentence` keeps only the first sentence; `limit` caps the length."""
+    text = str(what).strip()
+    if not text:
+        return type(what).__name__ if isinstance(what, BaseException) else ""
+    line = text.splitlines()[0]
+    return (line.split(". ")[0] if sentence else line)[:limit]
+
+
 class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
 

@@ -6,11 +6,21 @@ command makes its folders when it writes, after its work has succeeded."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
 class OutputError(ValueError):
     """An output path a command cannot write: one line naming the option and the path."""
+
+
+def remove_path(path: Path) -> None:
+    """Clear `path` for what replaces it: a link goes (never what it points to), a folder goes
+    with all it holds, a file goes; nothing there is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -1,13 +1,15 @@
 """Typed config: overrides, loud errors naming the key path, flattening for MLflow."""
 import dataclasses
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from mtbert.config import Config, ConfigError, build_config, component_keys, flatten, load_config
+from mtbert.config import Config, ConfigError, as_float, build_config, component_keys, flatten, load_config
 
 
 def test_defaults_and_overrides():
@@ -93,3 +95,10 @@ def test_configuration_doc_names_every_key_and_no_other():
                 named.add(key.split(".<")[0])  # data.files.<task>.train: the data.files mapping
     assert not keys - named, f"keys not in docs/configuration.md: {sorted(keys - named)}"
     assert not named - keys, f"docs/configuration.md names keys that are not: {sorted(named - keys)}"
+
+
+def test_as_float_reads_yaml_1_1_numbers():
+    assert as_float(yaml.safe_load("lr: 1e-5")["lr"]) == 1e-5  # YAML 1.1 reads it as a string
+    assert as_float(3) == 3.0 and isinstance(as_float(3), float)
+    assert as_float(10 ** 400) == math.inf  # an integer too large for a float
+    assert as_float(True) is None and as_float("fast") is None and as_float(None) is None

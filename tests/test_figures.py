@@ -99,7 +99,7 @@ def test_a_figure_declared_once_is_searchable_logged_and_on_the_leaderboard(toy_
     assert sweep.spec.search.metric == "toy_margin"
     # Logged: every epoch (tracking's per-epoch figures of a report), and in the summary the
     # run's metrics are made of; summarised by its rule (its value at the best epoch).
-    assert all("toy_margin" in tracking.epoch_metrics(m) for m in sent)
+    assert all("toy_margin" in tracking.report_figures(m) for m in sent)
     best = result.epochs[result.metrics["best_epoch"] - 1]
     assert sent[-1][figures.SUMMARY_KEY]["toy_margin"] == result.metrics["toy_margin"] == best["toy_margin"]
     assert "toy_margin" in figures.run_figures(result.config["tasks"])

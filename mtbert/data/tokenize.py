@@ -23,6 +23,7 @@ from mtbert.config import Config, to_dict
 from mtbert.data.cache import ProcessMemo, atomic_write, build_once, files_digest, folder_stamp
 from mtbert.data.readers import DataError, input_files, load_splits, resolve_files
 from mtbert.data.types import Batch, BadRows, Encoded, Example
+from mtbert.errors import first_line
 from mtbert.hub import pretrained_source
 from mtbert.tasks import TaskSpec, get_task
 
@@ -58,7 +59,7 @@ def pretrained_tokenizer(name: str) -> PreTrainedTokenizerFast:
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise DataError(f"model.name_or_path: cannot load a tokenizer from '{name}' ({first})") from None
     if not isinstance(tokenizer, PreTrainedTokenizerFast):
         raise DataError(f"model.name_or_path: '{name}' has no fast (Rust) tokenizer")

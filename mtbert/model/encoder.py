@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtbert.config import Config, ConfigError, check_depth
+from mtbert.errors import first_line
 from mtbert.hub import pretrained_source
 
 
@@ -30,7 +31,7 @@ def encoder_config(cfg: Config, vocab_size: int | None = None):
         return config_of(source, kwargs)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"model.name_or_path: cannot load '{m.name_or_path}' "
-                          f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})") from None
+                          f"({first_line(exc)})") from None
 
 
 def config_of(source: str, kwargs: dict | None = None):

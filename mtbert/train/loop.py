@@ -41,7 +41,7 @@ from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
 from mtbert.train import precision
 from mtbert.train.precision import autocast_for
-from mtbert.train.state import (MID, MID_DIR, STATE_FILE, config_digest, load_state_into, read_mid, read_state,
+from mtbert.train.state import (MID, MID_DIR, CHECKPOINT_STATE, config_digest, load_state_into, read_mid, read_state,
                                 report_epoch, restore_rng, save_last, save_mid, take_best, training_state)
 from mtbert.train.weighting import Weighting, make_weighting
 
@@ -140,7 +140,7 @@ def fused_adamw(device_type: str) -> bool:
     return True
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
+def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: Config, total_steps: int):
     """optim.schedule over `total_steps` optimizer steps, after optim.warmup."""
     w = cfg.optim.warmup
     warmup = int(w) if w >= 1 else int(round(w * total_steps))
@@ -375,7 +375,7 @@ def _setup(cfg: Config, prepared: Prepared | None, log, probe: bool) -> tuple[_R
                 "params_trainable": params_trainable}
     sizes = {t: len(ds) for t, ds in prepared.train.items()}
     n_steps = steps_per_epoch(cfg, sizes)
-    scheduler = make_scheduler(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
+    scheduler = make_lr_schedule(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
     return _Run(cfg, device, autocast, phase, prepared, pad_id, model, cache, cache_s, weighting, optimizer,
                 scheduler, shared, sizes, n_steps, size, _truncated(prepared)), probed
 
@@ -399,13 +399,13 @@ def _start_from(cfg: Config, reporter: Reporter | None, output_dir: str | Path |
     device = measure.pick_device(cfg.train.device)
     state, path = None, None
     if resume_from is not None:
-        path = Path(resume_from) / STATE_FILE
+        path = Path(resume_from) / CHECKPOINT_STATE
         state = read_state(path, device)
     if reporter is not None and output_dir is not None and cfg.train.save_checkpoint:
         folder = Path(output_dir) / MID_DIR
         mid = read_mid(folder, state["epoch"] if state is not None else 0, config_digest(to_dict(cfg)), device)
         if mid is not None:
-            state, path = mid, folder / STATE_FILE
+            state, path = mid, folder / CHECKPOINT_STATE
     return state, path
 
 

@@ -32,8 +32,9 @@ import numpy as np
 import torch
 
 from mtbert.bundle import load_stored, save_atomic, stored_state
+from mtbert.outputs import remove_path
 
-STATE_FILE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
+CHECKPOINT_STATE = "state.pt"  # the resumable state in a checkpoint folder (and in `mtbert train --output`)
 MID = "mid"  # in a state: where inside an epoch it was written (absent at an epoch's end)
 MID_DIR = "mid"  # a reporting run's mid-epoch state, in its output folder
 
@@ -90,23 +91,23 @@ def training_state(model, reference: dict | None, optimizer, scheduler, weightin
 
 
 def save_last(state: dict, out_dir: Path) -> None:
-    """`mtbert train --output`'s resumable state, out_dir/last/STATE_FILE, replaced by a rename:
+    """`mtbert train --output`'s resumable state, out_dir/last/CHECKPOINT_STATE, replaced by a rename:
     a run killed while writing it keeps the previous epoch's."""
     (out_dir / "last").mkdir(parents=True, exist_ok=True)
-    save_atomic(state, out_dir / "last" / STATE_FILE)
+    save_atomic(state, out_dir / "last" / CHECKPOINT_STATE)
 
 
 def read_state(path: Path, device) -> dict:
     """The resumable state at `path`, or CheckpointUnreadable naming it: a file a kill cut
     short fails inside torch's reader (a zip without its directory, a pickle ending early)
     with a message that names neither the file nor what to do."""
-    from mtbert.errors import CheckpointUnreadable
+    from mtbert.errors import CheckpointUnreadable, first_line
 
     try:
         state = torch.load(path, map_location=device, weights_only=False)
     except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is unreadable
         # torch's own message goes on for lines about other causes: its first sentence.
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0][:200]
+        first = first_line(exc, 200, sentence=True)
         raise CheckpointUnreadable(f"{path}: unreadable ({type(exc).__name__}: {first})") from exc
     if not isinstance(state, dict) or "epoch" not in state:
         raise CheckpointUnreadable(f"{path}: unreadable (not a training state)")
@@ -118,7 +119,7 @@ def load_training_state(folder: Path, device, model, optimizer, scheduler, weigh
     model, optimizer, LR scheduler and loss weighting loaded into them; `source` is the
     model.name_or_path whose weights the frozen tensors must be. Returns the state, whose
     history, counters and RNG states the caller continues from."""
-    path = folder / STATE_FILE
+    path = folder / CHECKPOINT_STATE
     state = read_state(path, device)
     load_state_into(state, path, model, optimizer, scheduler, weighting, source)
     return state
@@ -150,7 +151,7 @@ def read_mid(folder: Path, epochs_done: int, digest: str, device) -> dict | None
     one of an earlier epoch, another config, or a file a kill cut short."""
     from mtbert.errors import CheckpointUnreadable
 
-    path = folder / STATE_FILE
+    path = folder / CHECKPOINT_STATE
     if not path.is_file():
         return None
     try:
@@ -164,17 +165,14 @@ def read_mid(folder: Path, epochs_done: int, digest: str, device) -> dict | None
 def save_mid(state: dict, folder: Path) -> None:
     """A mid-epoch state, replacing the one before by a rename."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_atomic(state, folder / STATE_FILE)
+    save_atomic(state, folder / CHECKPOINT_STATE)
 
 
 def take_best(kept: Path, best: Path) -> None:
     """A resumed run continues from its checkpoint's best/, not from whatever its folder holds:
     another node's trial folder has none, and after a stop the trainable left there a link into
     the checkpoint, which a save must not write through (orchestration/run/trainable.py)."""
-    if best.is_symlink() or best.is_file():
-        best.unlink()
-    elif best.is_dir():
-        shutil.rmtree(best)
+    remove_path(best)
     shutil.copytree(kept, best)
 
 
@@ -203,7 +201,7 @@ def report_epoch(reporter: Callable[[dict, str | None], None], metrics: dict, st
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint-" if out_dir is not None else "mtbert-checkpoint-", dir=out_dir))
     try:
         with phase("checkpoint"):
-            torch.save(state, tmp / STATE_FILE)
+            torch.save(state, tmp / CHECKPOINT_STATE)
             (tmp / "config.yaml").write_text(config_text)
             # The best epoch's bundle travels with the checkpoint into the sweep's storage, where
             # the driver logs it to MLflow. Linked, not copied, where the folder allows: the

@@ -32,9 +32,9 @@ from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 from orchestration.report import export, reader
 from orchestration.report.verdicts import (INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, claim_alphas, decide,
-                                    rate_caption, row)
-from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, same
-from orchestration.sweep.labels import YARDSTICKS, parse_param
+                                    rate_caption, row, seed_means)
+from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, matches
+from orchestration.sweep.labels import parse_param
 
 
 # --------------------------------------------------------------------------- reading
@@ -102,19 +102,17 @@ def logged_claims(uri: str, experiments: list[str] | None = None) -> list[Claim]
 # --------------------------------------------------------------------------- matching
 
 def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
-    keep = pd.Series(True, index=runs.index)
-    if "role" not in selector:  # the yardsticks share keys with real rows (k = null): named only
-        keep &= ~reader.col(runs, "tags.role").isin(YARDSTICKS)
-    for key, want in selector.items():
-        if key in ("experiment", "role"):
-            keep &= reader.col(runs, "experiment" if key == "experiment" else "tags.role").map(lambda v, w=want: v == w)
-            continue
-        # A weight mapping is spread over loss.weights.<task> params; MLflow params are text.
-        wants = {f"{key}.{sub}": w for sub, w in want.items()} if isinstance(want, dict) else {key: want}
-        for name, w in wants.items():
-            keep &= reader.col(runs, f"params.{name}").map(lambda v, w=w: isinstance(v, str)
-                                                           and same(parse_param(v), w))
-    return keep
+    """The runs a selector picks: claims.matches on each run's params, role and experiment."""
+    # Only the params the selector names are read back: a key, or a mapping flatten() spread
+    # over its sub-keys (loss.weights.<task>); MLflow params are text.
+    names = [c for c in runs.columns if c.startswith("params.")
+             and any(c == f"params.{k}" or c.startswith(f"params.{k}.") for k in selector)]
+    keep = []
+    for params, role, experiment in zip(runs[names].to_numpy(), reader.col(runs, "tags.role"),
+                                        reader.col(runs, "experiment")):
+        flat = {name[len("params."):]: parse_param(v) for name, v in zip(names, params) if isinstance(v, str)}
+        keep.append(matches({**flat, "role": role, "experiment": experiment}, selector))
+    return pd.Series(keep, index=runs.index, dtype=bool)
 
 
 def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: str) -> dict[str, float]:
@@ -133,9 +131,7 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
     if len(variants) > 1:
         raise SweepError(f"claim selector {label} {selector}: matches {len(variants)} configurations of one "
                          f"sweep ({', '.join(variants)}); name more keys")
-    values = pd.to_numeric(hit[col], errors="coerce")
-    # A seed run twice (a resume that double-logged) counts once, as its mean.
-    return values.groupby(hit["tags.seed"].astype(str)).mean().dropna().to_dict()
+    return seed_means(pd.to_numeric(hit[col], errors="coerce"), hit["tags.seed"].astype(str))
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -160,7 +156,7 @@ def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any]) -> dict[str, st
     return {str(r["tags.seed"]): str(r["tags.diverged"]) for _, r in hit.iterrows()}
 
 
-def evaluate(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = None) -> pd.DataFrame:
+def judge_claims(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None = None) -> pd.DataFrame:
     """The claims' verdicts on the runs, the family's error shared out among them
     (verdicts.claim_alphas; error_rate None: each claim's own setting)."""
     if error_rate is not None:
@@ -310,5 +306,5 @@ def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
         claims = logged_claims(uri, experiments)
     else:
         _check_claimed_experiments(uri, claims)
-    table = evaluate(read_runs(uri, experiments), claims, error_rate)
+    table = judge_claims(read_runs(uri, experiments), claims, error_rate)
     return render(table, fmt), table

@@ -152,7 +152,7 @@ class Dim:
 
 
 @dataclass
-class Points:
+class SweptRuns:
     """The configurations (index: variant) with their encoded values of each Dim, and the
     finished runs (variant, seed, one column per figure): assess()'s table, joined."""
     values: pd.DataFrame
@@ -198,7 +198,7 @@ def _encode(key: str, values: list[Any], spec: dict[str, Any] | None) -> list[tu
 
 
 def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
-           space: dict[str, dict] | None = None) -> Points:
+           space: dict[str, dict] | None = None) -> SweptRuns:
     """The sweep's configurations from its child runs (reader.child_runs' frame)."""
     col = reader.col
     keys = _space_keys(parent_tags)
@@ -227,7 +227,7 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
         for dim, column in encoded:
             dims.append(dim)
             values[dim.name] = column
-    return Points(values, dims, frame, names)
+    return SweptRuns(values, dims, frame, names)
 
 
 def space_doc(uri: str, parent) -> dict[str, dict] | None:
@@ -483,7 +483,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
             figures: Sequence[str]) -> pd.DataFrame:
     """Two configurations: the second's difference from the first, paired by seed (the mean of
     a seed's runs where it ran more than one)."""
-    from orchestration.report.verdicts import ALPHA, interval
+    from orchestration.report.verdicts import ALPHA, interval, seed_means
 
     first, second = (np.flatnonzero(configuration == c)[0] for c in (0, 1))
     label = "; ".join(f"{name}: {_label(col[second])} - {_label(col[first])}"
@@ -491,8 +491,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
     rows = []
     for figure in figures:
         y = pd.to_numeric(table[figure], errors="coerce").to_numpy(dtype=float)
-        per_seed = [pd.Series(y[configuration == c]).groupby(seeds[configuration == c]).mean().to_dict()
-                    for c in (0, 1)]
+        per_seed = [seed_means(y[configuration == c], seeds[configuration == c]) for c in (0, 1)]
         # A fixed design (importance reads a finished sweep once): the mean's t-interval.
         found = interval(per_seed[1], per_seed[0], method="mean")
         decided = found.n >= 2 and (found.low > 0 or found.high < 0)
@@ -502,7 +501,7 @@ def _paired(table: pd.DataFrame, columns: dict[str, np.ndarray], seeds: np.ndarr
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def compute(p: Points, permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED) -> pd.DataFrame:
+def compute(p: SweptRuns, permutations: int = PERMUTATIONS, rng_seed: int = RNG_SEED) -> pd.DataFrame:
     """assess() on a sweep's points (their encoded values, each run's seed and figures)."""
     check_permutations(permutations)
     if p.values.empty:
@@ -540,7 +539,7 @@ def stored(uri: str, parent, table: pd.DataFrame) -> tuple[pd.DataFrame | None, 
     return None, f"not computed from these {runs} finished runs yet"
 
 
-def _points(uri: str, experiment_id: str, parent) -> Points:
+def _points(uri: str, experiment_id: str, parent) -> SweptRuns:
     """The points of a sweep's finished runs, read with the leaderboard's keys in one read."""
     tags = parent.data.tags
     runs = reader.child_runs(uri, experiment_id, parent.info.run_id,

@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import pandas as pd
 
+from mtbert.errors import first_line
 from mtbert.tasks import TASKS
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri, sqlite_path
@@ -106,7 +107,7 @@ def mlflow_sqlite(uri: str) -> sqlite3.Connection:
 
 def _through_mlflow(uri: str, what: str, exc: BaseException) -> None:
     """One line on stderr when a sqlite store falls back to MLflow's API: slower, not wrong."""
-    reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    reason = first_line(exc, 200)
     print(f"leaderboard: the SQL reader failed on {uri} ({reason}); {what} through MLflow's API",
           file=sys.stderr)
 

@@ -183,7 +183,7 @@ def _paired_deltas(done: pd.DataFrame, metric: str, design: DeltaDesign) -> pd.D
         return out
     # A seed run twice (a resume that double-logged) counts once, as its mean; a NaN is no pair.
     per_seed = done.pivot_table(index="variant", columns="seed", values=metric, aggfunc="mean")
-    base_seed = base.groupby("seed")[metric].mean().dropna().to_dict()
+    base_seed = verdicts.seed_means(base[metric], base["seed"])
     tagged = done[done["diverged"] != ""].groupby("variant")["seed"].agg(set).to_dict()
     base_gone = set().union(*(tagged.get(v, set()) for v in base["variant"].unique()))
     # Plain rows and one assignment: a Series and a .loc write per variant took seconds at

@@ -284,6 +284,17 @@ def _quiet():
         yield
 
 
+def seed_means(values: Iterable[float], seeds: Iterable[Any]) -> dict[Any, float]:
+    """seed -> the mean of its runs' values: one side of a pairing by seed, as read from runs.
+    A seed run twice (a resume that double-logged) counts once, as its mean; a NaN is left
+    out, and a seed with no value is no pair."""
+    runs: dict[Any, list[float]] = {}
+    for seed, value in zip(seeds, values):
+        if not math.isnan(float(value)):
+            runs.setdefault(seed, []).append(float(value))
+    return {seed: sum(found) / len(found) for seed, found in runs.items()}
+
+
 def _pairs(a: Mapping[Any, float], b: Mapping[Any, float], skip: Iterable[Any] = ()) -> list[tuple[Any, float, float]]:
     """(seed, a, b) for the seeds both sides ran with a finite value, less `skip`, in seed order."""
     skip = set(skip)

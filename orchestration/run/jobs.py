@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TextIO
 
+from mtbert.errors import first_line
 from orchestration.errors import SweepError
 from orchestration.paths import tool
 
@@ -89,11 +90,6 @@ def _dashboard_url(address: str | None) -> str:
     return address if "://" in address else f"http://{address}"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 @contextmanager
 def _translated(url: str, job_id: str | None = None) -> Iterator[None]:
     """Ray's client errors -> one line that says what to do."""
@@ -103,7 +99,7 @@ def _translated(url: str, job_id: str | None = None) -> Iterator[None]:
         yield
     except AuthenticationError as exc:
         raise ClusterAuthError(
-            f"the Ray cluster at {url} refused the request ({_first_line(exc)}); export "
+            f"the Ray cluster at {url} refused the request ({first_line(exc)}); export "
             "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN=<the cluster's token> (docs/cluster.md)") from None
     except ConnectionError:
         raise ClusterUnreachable(f"no Ray dashboard at {url}; is the head up and its dashboard "
@@ -112,7 +108,7 @@ def _translated(url: str, job_id: str | None = None) -> Iterator[None]:
         text = str(exc)
         if job_id is not None and ("404" in text or "does not exist" in text):
             raise UnknownJob(f"no job {job_id} on the Ray cluster at {url}") from None
-        raise JobError(f"Ray cluster at {url}: {_first_line(exc)}") from None
+        raise JobError(f"Ray cluster at {url}: {first_line(exc)}") from None
 
 
 AGENT_WAIT_S = 60.0  # a head just started takes a while before its job agent takes jobs

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import yaml
 
+from mtbert.errors import first_line
 from orchestration.errors import SweepError, TrackingUnavailable
 from orchestration.paths import resolve_tracking_uri, runs_dir, tool
 from orchestration.run.stops import GROUP_SIGNALS
@@ -34,7 +35,7 @@ from orchestration.sweep.spec import SMOKE_SUFFIX, Sweep
 from orchestration.track.tm import __doc__ as TM_DOC
 from orchestration.track.tracking import RECORD_FILE, STORAGE_FULL, SweepTracking, check_tracking, git_commit
 
-STATE_FILE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
+SWEEP_STATE = "mtbert_sweep.json"  # in the Ray experiment folder: how to find the MLflow runs again
 CALLS_FILE = "mlflow_calls.json"  # MLflow client calls per trial key of the last driver (per-trial cost)
 IN_RAY_JOB = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in a job's driver: its runtime_env as JSON
 # The modules a sweep folder saved before orchestration/ had rooms may name: it pickled its
@@ -180,7 +181,7 @@ def _setup_ends_parent(tracking: SweepTracking):
     except BaseException as exc:
         failed = not isinstance(exc, KeyboardInterrupt)
         if failed:
-            tracking.tag_parent({"error": _first_line(exc)})
+            tracking.tag_parent({"error": first_line(exc)})
         tracking.end_parent("FAILED" if failed else "KILLED")
         tracking.flush(timeout=10.0)
         tracking.release()
@@ -454,7 +455,7 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             check_shared_storage(storage_dir)
         setup[SETUP_TIME] = time.perf_counter() - t_setup  # tokenizing, the frozen cache, Ray's start
         tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
-    (run_dir / STATE_FILE).write_text(json.dumps({
+    (run_dir / SWEEP_STATE).write_text(json.dumps({
         "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
         "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
         "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
@@ -516,18 +517,18 @@ def _find_run_dir(path_or_name: str, storage: str | Path | None = None) -> Path:
     the run's whole name, or the start of one (the sweep's name: `unfreeze-share` finds
     `unfreeze-share-20261127-101500`) when only one run has it."""
     candidate = Path(path_or_name)
-    if not (candidate / STATE_FILE).is_file():
+    if not (candidate / SWEEP_STATE).is_file():
         root = Path(storage).expanduser().resolve() if storage else runs_dir()
         candidate = root / path_or_name
-        if not (candidate / STATE_FILE).is_file() and "/" not in path_or_name and root.is_dir():
-            matches = sorted(p for p in root.glob(f"{path_or_name}*") if (p / STATE_FILE).is_file())
+        if not (candidate / SWEEP_STATE).is_file() and "/" not in path_or_name and root.is_dir():
+            matches = sorted(p for p in root.glob(f"{path_or_name}*") if (p / SWEEP_STATE).is_file())
             if len(matches) > 1:
                 raise SweepError(f"{path_or_name}: {len(matches)} sweeps start with this name under {root}: "
                                  f"{', '.join(p.name for p in matches)}; give one of them")
             candidate = matches[0] if matches else candidate
-    if not (candidate / STATE_FILE).is_file():
+    if not (candidate / SWEEP_STATE).is_file():
         where = f"--storage {storage}" if storage else "runs/"
-        raise SweepError(f"{path_or_name}: not a sweep folder (no {STATE_FILE}), nor the start of a sweep's "
+        raise SweepError(f"{path_or_name}: not a sweep folder (no {SWEEP_STATE}), nor the start of a sweep's "
                          f"name under {where}; give the folder or its name")
     if not (candidate / "tuner.pkl").is_file():
         raise SweepError(f"{candidate}: the sweep died before Ray Tune saved its state; run it again")
@@ -568,7 +569,7 @@ def resume_sweep(path_or_name: str, address: str | None = None, num_cpus: int | 
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
     run_dir = _find_run_dir(path_or_name, storage)
-    state = _read_state(run_dir / STATE_FILE)
+    state = _read_state(run_dir / SWEEP_STATE)
     _say_if_edited(state, log)
     check_tracking(state["tracking_uri"])
     if address or os.environ.get("RAY_ADDRESS"):
@@ -624,7 +625,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
     run_dir = _find_run_dir(path_or_name, storage)
-    state = _read_state(run_dir / STATE_FILE)
+    state = _read_state(run_dir / SWEEP_STATE)
     if not state.get("adaptive"):
         raise SweepError(f"--seeds-max: sweep {run_dir.name} runs a list of seeds; more seeds are for adaptive "
                          "seeds ({start, max}), whose claims say where they go")
@@ -664,7 +665,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
                          DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
                                                      sweep.claims[0].looks, "median")})
     tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
-    (new_dir / STATE_FILE).write_text(json.dumps({**state, "total_trials": total, "claims": json.loads(claims_doc),
+    (new_dir / SWEEP_STATE).write_text(json.dumps({**state, "total_trials": total, "claims": json.loads(claims_doc),
                                                   "extends": run_dir.name}, indent=2))
     log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
         f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
@@ -738,7 +739,7 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
                 "trials at once, max_concurrent, or more memory)")
         elif _is_tracking_error(exc):
             raise TrackingUnavailable(
-                f"tracking store {tracking.uri} failed mid-sweep ({_first_line(exc)}); Ray Tune saved "
+                f"tracking store {tracking.uri} failed mid-sweep ({first_line(exc, 200)}); Ray Tune saved "
                 f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
         else:
             raise
@@ -873,11 +874,6 @@ def _is_tracking_error(exc: BaseException) -> bool:
     return isinstance(exc, (MlflowException, requests.RequestException))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
-
-
 def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], None], run_dir: Path,
            models: tuple[str, str | None] = ("best", None), experiment: str = "", claims: list | None = None,
            judged: list[str] | None = None, smoke: bool = False) -> None:
@@ -932,7 +928,7 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log(f"warning: {what} failed: {_first_line(exc)}")
+            log(f"warning: {what} failed: {first_line(exc, 200)}")
 
 
 def parent_status(status: str, runs: list) -> str:
@@ -953,12 +949,12 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     each configuration's part in the claims on its run; a line per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
     seconds: its claims are checked for shape (each side selects configurations that ran, the
     metric is logged) and never judged, so that no verdict of a smoke run is ever cited."""
-    from orchestration.report.findings import claim_marks, claim_sides, evaluate, read_runs, render
+    from orchestration.report.findings import claim_marks, claim_sides, judge_claims, read_runs, render
     from orchestration.report.verdicts import NOT_RUN
 
     tracking.flush()  # the trials' last figures are in the store
     runs = read_runs(tracking.uri, [experiment], parent_run_id=tracking.parent_run_id)
-    table = evaluate(runs, claims)
+    table = judge_claims(runs, claims)
     if smoke:
         tracking.tag_parent({"verdicts": SMOKE_NOT_JUDGED})
         return [f"claim {r['claim']}: {SMOKE_NOT_JUDGED} "
@@ -1106,4 +1102,4 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
         log(f"browse: open {ui_link(o.tracking_uri, o.experiment_id)} in a browser")
 
 
-__all__ = ["run_sweep", "resume_sweep", "extend_sweep", "SweepOutcome", "STATE_FILE"]
+__all__ = ["run_sweep", "resume_sweep", "extend_sweep", "SweepOutcome", "SWEEP_STATE"]

@@ -31,7 +31,7 @@ def describe(config: dict[str, Any]) -> str:
     from mtbert.config import flatten
 
     flat = flatten(config.get("config", {}))
-    if config.get("role") == "reference":  # its dozen overrides are mtbert.config.REFERENCE: one name
+    if config.get("role") == "reference":  # its dozen overrides (config.REFERENCE_OVERRIDES): one name
         return "frozen reference"
     if config.get("role") == "single_task":
         return f"single-task {flat['tasks'][0]}"

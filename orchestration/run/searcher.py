@@ -121,10 +121,10 @@ class SeedRounds:
         key = self.key_of.get(trial_id)
         if key is None or "epoch" not in result:
             return
-        from orchestration.track.tracking import epoch_metrics
+        from orchestration.track.tracking import report_figures
 
         # A resumed trial reports its epochs again: the latest report of an epoch wins.
-        figures = {k: v for k, v in epoch_metrics(result).items() if "/" not in k}  # not Tune's config/...
+        figures = {k: v for k, v in report_figures(result).items() if "/" not in k}  # not Tune's config/...
         self.history.setdefault(key, {})[int(result["epoch"])] = figures
 
     def on_complete(self, trial_id: str, result: dict | None, error: bool, planner: Planner) -> None:

@@ -15,6 +15,9 @@ from typing import Any
 
 from ray import tune
 
+from mtbert.errors import first_line
+from mtbert.outputs import remove_path
+
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
 # The key of a trial's last report when it failed for good: its one-line reason.
@@ -106,7 +109,7 @@ def run_trial(config: dict[str, Any], experiment_dir: str | None = None) -> None
         except OSError:  # the traceback only: the reason goes with the report
             pass
         # No figures in this report: a searcher reads the trial as failed, ASHA skips it (no epoch).
-        tune.report({FAILED: f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]})
+        tune.report({FAILED: first_line(f"{type(exc).__name__}: {exc}", 2000)})
 
 
 def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:
@@ -209,9 +212,6 @@ def _refer_to_checkpoint(best: Path, checkpoint) -> None:
     # The bundle that stays: a slim one's weights compacted here, on the driver, once the
     # trial has ended, so that no trial's slot pays for it (mtbert/bundle.py).
     compact_bundle(kept)
-    if best.is_symlink():
-        best.unlink()
-    elif best.exists():
-        shutil.rmtree(best)
+    remove_path(best)
     best.parent.mkdir(parents=True, exist_ok=True)
     best.symlink_to(os.path.relpath(kept, best.parent), target_is_directory=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from mtbert.config import as_float
 from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
 from orchestration.sweep.bounds import MAX_CLAIMS, MAX_SEEDS
@@ -146,17 +147,12 @@ def _where(where: str, i: int, name: Any = None) -> str:
 
 
 def _number(value: Any, at: str) -> float:
-    if isinstance(value, str):  # YAML 1.1 reads 1e-2 (no dot) as a string
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or (isinstance(value, float) and math.isnan(value)):
+    number = as_float(value)
+    if number is None or math.isnan(number):
         raise SweepError(f"{at}: expected a number, got {value!r}")
-    if not abs(value) < 1e308:  # inf: every difference is "within inf", a verdict decided by nothing
+    if math.isinf(number):  # every difference is "within inf", a verdict decided by nothing
         raise SweepError(f"{at}: expected a finite number, got {value!r}")
-    return float(value)
+    return number
 
 
 def _selector(raw: Any, at: str, experiment: str | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ray import tune
 
+from mtbert.config import as_float
 from mtbert.errors import did_you_mean
 from orchestration.errors import SweepError
 from orchestration.sweep.bounds import MAX_CONFIGURATIONS
@@ -288,19 +289,12 @@ _RANGES = {"uniform": Uniform, "loguniform": LogUniform, "randint": RandInt}
 
 
 def _number(raw: Any, name: str, where: str, integer: bool = False) -> float | int:
-    if isinstance(raw, str):  # YAML 1.1 reads 1e-5 (no dot) as a string
-        try:
-            raw = float(raw)
-        except ValueError:
-            pass
-    ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
-    if ok and integer:
-        ok = float(raw).is_integer()
-    if not ok:
+    number = as_float(raw)
+    if number is None or (integer and not number.is_integer()):
         raise SweepError(f"{where}.{name}: expected {'int' if integer else 'number'}, got {raw!r}")
-    if not math.isfinite(float(raw) if abs(raw) < 1e308 else math.inf):  # a range to infinity samples nothing
+    if not math.isfinite(number):  # a range to infinity samples nothing
         raise SweepError(f"{where}.{name}: expected a finite number, got {raw!r}")
-    return int(raw) if integer else float(raw)
+    return int(number) if integer else number
 
 
 def parse_dimension(key: str, raw: Any, where: str, default_tasks: list[str]) -> Dimension:

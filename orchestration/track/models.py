@@ -36,6 +36,8 @@ from typing import Callable, Iterator
 
 import pandas as pd  # at import: MLflow resolves MtbertModel.predict's hint in these globals
 
+from mtbert.errors import first_line
+from mtbert.outputs import remove_path
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 
@@ -59,7 +61,7 @@ def model_uri(ref: str, tracking_uri: str) -> str:
             run = client.get_run(ref)
             logged = client.search_logged_models([run.info.experiment_id], f"source_run_id = '{ref}'")
         except MlflowException as exc:
-            raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
+            raise SweepError(f"--model {ref}: {first_line(exc)} (store {tracking_uri})") from None
         if not logged:
             raise SweepError(f"--model {ref}: run {ref} logged no model (a sweep logs the best trial's; "
                              "tracking.log_models: all logs every trial's)")
@@ -68,7 +70,7 @@ def model_uri(ref: str, tracking_uri: str) -> str:
         versions = client.search_model_versions(f"name = '{ref}'")
     except MlflowException as exc:
         raise SweepError(f"--model {ref}: cannot read the model registry of {tracking_uri}: "
-                         f"{str(exc).splitlines()[0]}") from None
+                         f"{first_line(exc)}") from None
     if not versions:
         raise SweepError(f"--model {ref}: neither a folder nor a registered model in {tracking_uri} "
                          "(give a bundle folder, a models:/ URI, a run id or a registered name)")
@@ -94,7 +96,7 @@ def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
         return found
     if folder.exists():  # an earlier download cut short, or a file since changed: fetched again
         log(f"model: the cache {folder} is incomplete: downloading again")
-        shutil.rmtree(folder)
+        remove_path(folder)
     log(f"model: downloading {fetch} into the cache {folder}")
     # Into a side folder of its own first, renamed when whole: an interrupted download never
     # looks cached, and two commands fetching the same model at once do not mix their files.
@@ -107,7 +109,7 @@ def resolve_bundle(ref: str, tracking_uri: str, cache: Path = CACHE,
             with fluent_tracking_uri(tracking_uri), download_bars():
                 mlflow.artifacts.download_artifacts(artifact_uri=fetch, dst_path=str(partial))
         except MlflowException as exc:
-            raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
+            raise SweepError(f"--model {ref}: {first_line(exc)} (store {tracking_uri})") from None
         bundle = _bundle_in(partial)
         if bundle is None:
             raise SweepError(f"--model {ref}: {uri} is not an mtbert model (no bundle artifact inside)")
@@ -142,7 +144,7 @@ def _pinned(ref: str, uri: str, tracking_uri: str) -> tuple[str, str]:
         version = (client.get_model_version_by_alias(m["name"], m["alias"]) if m["alias"]
                    else client.get_model_version(m["name"], m["version"]))
     except MlflowException as exc:
-        raise SweepError(f"--model {ref}: {str(exc).splitlines()[0]} (store {tracking_uri})") from None
+        raise SweepError(f"--model {ref}: {first_line(exc)} (store {tracking_uri})") from None
     return f"{version.source}|{version.run_id}", f"models:/{m['name']}/{version.version}"
 
 

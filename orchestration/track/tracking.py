@@ -60,6 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from mtbert.errors import first_line
 from orchestration.errors import TrackingUnavailable
 from orchestration.paths import sqlite_path
 from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
@@ -126,8 +127,7 @@ def _reason(exc: BaseException) -> str:
                          ("Connection aborted", "connection aborted")):
         if needle in text:
             return said
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return first[:200]
+    return first_line(exc, 200)
 
 
 def check_tracking(uri: str) -> None:
@@ -190,7 +190,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def epoch_metrics(result: dict[str, Any]) -> dict[str, float]:
+def report_figures(result: dict[str, Any]) -> dict[str, float]:
     """The training figures of one Tune report (Tune's bookkeeping keys dropped)."""
     return {k: float(v) for k, v in result.items() if k not in TUNE_KEYS and _is_number(v)}
 
@@ -742,7 +742,7 @@ class SweepTracking:
 
         from mtbert.figures import STEP_LOSSES
 
-        metrics = epoch_metrics(result)
+        metrics = report_figures(result)
         entry: dict[str, Any] = {"k": key, "epoch": int(result["epoch"]), "m": metrics, "set": {}}
         points = result.get(STEP_LOSSES)
         if isinstance(points, dict) and points:  # train.log_every_steps: sent with the epoch's figures

@@ -24,7 +24,7 @@ from mtbert.data.synthetic import vocabulary
 from mtbert.data.tokenize import _wrap, train_wordpiece
 from mtbert.train.frozen import frozen_digest
 from mtbert.train.loop import train
-from mtbert.train.state import STATE_FILE
+from mtbert.train.state import CHECKPOINT_STATE
 
 # 3-bert (every layer a private copy per task) with its first layer frozen: the frozen part is
 # the embeddings and three copies of layer 0. The frozen-layer cache is off in the run whose
@@ -97,7 +97,7 @@ def test_the_bundle_and_the_state_leave_the_frozen_tensors_out_and_name_them(run
     assert meta["frozen"] == {"from": str(encoder.resolve()), "digest": frozen_digest(result.model), "layers": 1}
     stored = torch.load(root / "out" / "best" / "model.pt", weights_only=True)
     assert set(stored) == set(result.model.state_dict()) - frozen
-    state = torch.load(root / "out" / "last" / STATE_FILE, weights_only=False)
+    state = torch.load(root / "out" / "last" / CHECKPOINT_STATE, weights_only=False)
     assert set(state["model"]) == set(result.model.state_dict()) - frozen
     assert state["frozen"] == meta["frozen"]
 
@@ -178,7 +178,7 @@ def test_a_frozen_tiny_encoder_is_stored_it_exists_nowhere_else(tmp_path):
     assert "frozen" not in json.loads((tmp_path / "out" / "best" / "bundle.json").read_text())
     assert set(torch.load(tmp_path / "out" / "best" / "model.pt", weights_only=True)) == \
            set(result.model.state_dict())
-    state = torch.load(tmp_path / "out" / "last" / STATE_FILE, weights_only=False)
+    state = torch.load(tmp_path / "out" / "last" / CHECKPOINT_STATE, weights_only=False)
     assert state["frozen"] is None and set(state["model"]) == set(result.model.state_dict())
 
 
@@ -219,7 +219,7 @@ def resumable(run, tmp_path_factory):
 def test_resume_from_a_slim_checkpoint_equals_the_straight_run(resumable, tmp_path):
     cfg, straight, tmp = resumable
     ckpt = Path(shutil.copytree(tmp / "ckpt", tmp_path / "ckpt"))
-    state = torch.load(ckpt / STATE_FILE, weights_only=False)
+    state = torch.load(ckpt / CHECKPOINT_STATE, weights_only=False)
     assert state["frozen"] and not set(state["model"]) & straight.model.frozen_keys()
     resumed = train(cfg, reporter=lambda m, c: None, resume_from=ckpt, output_dir=tmp_path / "out", log=None)
     assert figures(resumed) == figures(straight)
@@ -235,7 +235,8 @@ def test_resume_with_other_frozen_weights_is_one_line(resumable, tmp_path):
     cfg, _, tmp = resumable
     other = save_encoder(tmp_path / "other", seed=1)
     changed = build_config({}, {**RESUME, "model.name_or_path": str(other), "data.cache_dir": str(tmp / "cache")})
-    with pytest.raises(BundleError, match=rf"{STATE_FILE}: the frozen encoder weights in .*other are not the ones"):
+    with pytest.raises(BundleError,
+                       match=rf"{CHECKPOINT_STATE}: the frozen encoder weights in .*other are not the ones"):
         train(changed, resume_from=tmp / "ckpt", log=None)
 
 
@@ -281,10 +282,10 @@ def test_a_head_only_minilm_trial_stores_what_it_trained(tmp_path):
     """The frozen reference on MiniLM as a sweep trial: its checkpoint (final state and best/)
     holds the trained heads, a tokenizer and a few small files, under 5 MB where the encoder
     alone is 87 MB; the slim bundle scores the run's dev split to the last digit."""
-    from mtbert.config import REFERENCE
+    from mtbert.config import REFERENCE_OVERRIDES
     from mtbert.data.tokenize import prepare
 
-    cfg = build_config({}, {**REFERENCE, "model.name_or_path": str(MINILM), "data.source": "cs224n",
+    cfg = build_config({}, {**REFERENCE_OVERRIDES, "model.name_or_path": str(MINILM), "data.source": "cs224n",
                             "data.dir": str(MINBERT), "data.max_train_examples": 32, "data.max_dev_examples": 24,
                             "data.cache_dir": str(tmp_path / "cache"), "train.epochs": 1,
                             "sampling.strategy": "tuple", "sampling.steps_per_epoch": 2, "model.max_length": 32,

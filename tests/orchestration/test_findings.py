@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from mtbert.cli import main
 from orchestration.errors import SweepError
-from orchestration.report.findings import evaluate, findings, read_runs
+from orchestration.report.findings import findings, judge_claims, read_runs
 from orchestration.sweep.claims import Claim
 from orchestration.sweep.claims import read_claims
 
@@ -83,7 +83,7 @@ def store(tmp_path_factory):
 
 
 def test_planted_effects_get_their_verdicts(store):
-    table = evaluate(read_runs(store), CLAIMS).set_index("claim")
+    table = judge_claims(read_runs(store), CLAIMS).set_index("claim")
     verdicts = table["verdict"].to_dict()
     assert verdicts["3-bert > 1-bert"] == "holds"
     assert table.loc["3-bert > 1-bert", "delta"] == pytest.approx(0.03) and table.loc["3-bert > 1-bert", "n"] == 10
@@ -118,16 +118,16 @@ def test_one_line_claim_and_loose_selector(store):
     extra = Claim("freezing everything costs overall", "overall",
                   {"experiment": "study-freezing", "freeze.layers": -1}, {"experiment": "study-freezing",
                                                                           "role": "baseline"}, "<")
-    assert evaluate(runs, [extra]).iloc[0]["verdict"] == "holds"
+    assert judge_claims(runs, [extra]).iloc[0]["verdict"] == "holds"
     # hybrid is above 3-bert by 0.001 at every seed, well inside the 0.01 that matters
     tie = Claim("hybrid-bert > 3-bert", "overall",
                 {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": 3},
                 {"experiment": "study-encoder-sharing", "sharing.encoder_shared_layers": 0}, ">")
-    assert evaluate(runs, [tie]).iloc[0]["verdict"] == "no difference that matters"
+    assert judge_claims(runs, [tie]).iloc[0]["verdict"] == "no difference that matters"
     loose = Claim("loose", "overall", {"experiment": "study-freezing", "role": "search"},
                   {"experiment": "study-freezing", "role": "baseline"}, ">")
     with pytest.raises(SweepError, match="matches 2 configurations of one sweep"):
-        evaluate(runs, [loose])
+        judge_claims(runs, [loose])
 
 
 def test_cli(store, capsys, tmp_path):

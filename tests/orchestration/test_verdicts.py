@@ -225,3 +225,11 @@ def test_a_plain_table_in_a_findings_table_out():
     long = pd.DataFrame(rows).melt(id_vars=["configuration", "seed"], var_name="metric", value_name="value")
     assert findings(long, claims)["verdict"].tolist() == table["verdict"].tolist()
     assert findings(rows, claims, error_rate="claim")["alpha"].tolist() == [ALPHA, ALPHA]
+
+
+def test_seed_means_one_value_per_seed():
+    from orchestration.report.verdicts import seed_means
+
+    # A seed logged twice (a resumed run) counts once, as its mean; a NaN is no value.
+    found = seed_means([0.5, 0.7, 0.6, math.nan, math.nan], ["1", "1", "2", "2", "3"])
+    assert found == {"1": pytest.approx(0.6), "2": 0.6}

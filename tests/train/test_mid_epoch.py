@@ -11,7 +11,7 @@ import pytest
 from mtbert import figures as names
 from mtbert.config import ConfigError, build_config
 from mtbert.train.loop import train
-from mtbert.train.state import MID_DIR, STATE_FILE
+from mtbert.train.state import MID_DIR, CHECKPOINT_STATE
 
 from .test_resume import SMALL, repeatable
 
@@ -75,7 +75,7 @@ def straight(cfg, tmp_path_factory):
 
 def test_a_trial_stopped_inside_its_second_epoch_continues_from_its_step(cfg, straight, tmp_path):
     first, _, kept = reports(cfg, tmp_path / "out", progress=StopAt(2, 5))
-    assert len(first) == 1 and (tmp_path / "out" / MID_DIR / STATE_FILE).is_file()
+    assert len(first) == 1 and (tmp_path / "out" / MID_DIR / CHECKPOINT_STATE).is_file()
     second, lines, _ = reports(cfg, tmp_path / "out", resume_from=kept)
     assert any(line.endswith("at epoch 2, step 4") for line in lines), lines
     assert [r["epoch"] for r in second] == [2]

@@ -16,7 +16,7 @@ from mtbert.config import RECIPES, ConfigError, build_config
 from mtbert.data.tokenize import prepare
 from mtbert.model.multitask import MultitaskModel
 from mtbert.train.frozen import FrozenCache
-from mtbert.train.loop import make_optimizer, make_scheduler, param_rates, train
+from mtbert.train.loop import make_lr_schedule, make_optimizer, param_rates, train
 
 MINILM = Path(__file__).resolve().parents[2] / ".." / "shared" / "models" / "all-MiniLM-L6-v2"
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "minbert"
@@ -34,7 +34,7 @@ def test_schedule_follows_its_formula(schedule, tmp_path):
     model = MultitaskModel(cfg, vocab_size=50)
     opt = make_optimizer(model, cfg)
     total, warm = 50, 10  # warmup 0.2 of 50 optimizer steps
-    sched = make_scheduler(opt, cfg, total)
+    sched = make_lr_schedule(opt, cfg, total)
     seen = []
     for _ in range(total):
         seen.append(sched.get_last_lr()[0])
@@ -54,7 +54,7 @@ def test_schedule_follows_its_formula(schedule, tmp_path):
 def test_warmup_as_a_step_count(tmp_path):
     cfg = _cfg(tmp_path, **{"optim.schedule": "linear", "optim.warmup": 4, "optim.lr": 1e-3})
     opt = make_optimizer(MultitaskModel(cfg, vocab_size=50), cfg)
-    sched = make_scheduler(opt, cfg, 100)
+    sched = make_lr_schedule(opt, cfg, 100)
     for _ in range(4):
         opt.step()
         sched.step()

@@ -13,7 +13,7 @@ import torch
 
 from mtbert.config import build_config
 from mtbert.train.loop import train
-from mtbert.train.state import STATE_FILE
+from mtbert.train.state import CHECKPOINT_STATE
 
 # Dropout everywhere (encoder and heads) and random task draws: the RNG states matter.
 SMALL = {"sampling.strategy": "proportional", "sampling.steps_per_epoch": 6, "train.epochs": 3,
@@ -71,7 +71,7 @@ def checkpoint(cfg, tmp_path_factory):
 
 def test_sweep_trial_resumed_from_its_checkpoint_equals_straight_run(cfg, straight, checkpoint, tmp_path):
     ckpt = Path(shutil.copytree(checkpoint, tmp_path / "ckpt"))
-    assert torch.load(ckpt / STATE_FILE, weights_only=False)["rng"]  # what makes it exact
+    assert torch.load(ckpt / CHECKPOINT_STATE, weights_only=False)["rng"]  # what makes it exact
     resumed = train(cfg, reporter=lambda m, c: None, resume_from=ckpt, log=None)
     assert figures(resumed) == figures(straight)
     assert repeatable(resumed.metrics) == repeatable(straight.metrics)
@@ -80,9 +80,9 @@ def test_sweep_trial_resumed_from_its_checkpoint_equals_straight_run(cfg, straig
 def test_without_the_rng_states_the_resumed_run_differs(cfg, straight, checkpoint, tmp_path):
     """The guard on the test above: the same resume, RNG states dropped, drifts."""
     ckpt = Path(shutil.copytree(checkpoint, tmp_path / "ckpt"))
-    state = torch.load(ckpt / STATE_FILE, weights_only=False)
+    state = torch.load(ckpt / CHECKPOINT_STATE, weights_only=False)
     del state["rng"]
-    torch.save(state, ckpt / STATE_FILE)
+    torch.save(state, ckpt / CHECKPOINT_STATE)
     resumed = train(cfg, resume_from=ckpt, log=None)
     assert figures(resumed)[0] == figures(straight)[0]  # epoch 1 came from the checkpoint
     assert figures(resumed)[1:] != figures(straight)[1:]
@@ -98,10 +98,10 @@ def test_a_finished_runs_last_checkpoint_keeps_its_history_not_its_weights(cfg, 
 
     out = tmp_path / "out"
     train(cfg, reporter=reporter, output_dir=out, log=None)
-    states = [torch.load(k / STATE_FILE, weights_only=False) for k in kept]
+    states = [torch.load(k / CHECKPOINT_STATE, weights_only=False) for k in kept]
     assert [s.get("final", False) for s in states] == [False, False, True]
     assert {"model", "optimizer"} <= set(states[1]) and not {"model", "optimizer"} & set(states[2])
-    assert (kept[2] / STATE_FILE).stat().st_size < (kept[1] / STATE_FILE).stat().st_size / 10
+    assert (kept[2] / CHECKPOINT_STATE).stat().st_size < (kept[1] / CHECKPOINT_STATE).stat().st_size / 10
     assert (kept[2] / "best" / "model.pt").is_file()  # the model the driver logs travels beside it
     assert not (out / "last").exists()  # the reporter's checkpoint is the state; no second copy
 
@@ -131,7 +131,7 @@ def test_cli_train_killed_and_resumed_equals_straight_run(tmp_path):
     deadline = time.monotonic() + 300
 
     def saved_states():
-        return list(tmp_path.glob(f".{out.name}.partial-*/last/{STATE_FILE}"))
+        return list(tmp_path.glob(f".{out.name}.partial-*/last/{CHECKPOINT_STATE}"))
 
     while not saved_states() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -146,7 +146,7 @@ def test_cli_train_killed_and_resumed_equals_straight_run(tmp_path):
                              timeout=600, env=env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"resumed from {state_file.parent} at epoch {saved + 1}" in resumed.stdout
-    assert not saved_states() and (out / "last" / STATE_FILE).is_file()  # moved in, partial gone
+    assert not saved_states() and (out / "last" / CHECKPOINT_STATE).is_file()  # moved in, partial gone
     import json
 
     a = json.loads((tmp_path / "straight" / "result.json").read_text())
@@ -169,7 +169,7 @@ def test_resume_without_a_previous_run_is_one_line(tmp_path):
 def test_resume_from_a_state_cut_short_is_one_line_naming_it(tmp_path):
     """`mtbert train --resume` on a last/state.pt that a kill cut in half: one line naming the
     file (a sweep trial goes on from an older checkpoint or its start instead: test_faults)."""
-    state = tmp_path / "run" / "last" / STATE_FILE
+    state = tmp_path / "run" / "last" / CHECKPOINT_STATE
     state.parent.mkdir(parents=True)
     torch.save({"epoch": 1, "weights": torch.zeros(4096)}, state)
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
@@ -213,7 +213,7 @@ def test_every_checkpoint_carries_the_best_epochs_bundle_as_it_stood(tmp_path):
         assert {p.name for p in (folder / "best").iterdir()} >= {"model.pt", "config.yaml", "bundle.json"}
         if metrics["best_epoch"] == metrics["epoch"] and metrics["epoch"] < len(kept):
             # That epoch's model is also the checkpoint's resumable state (not the final one's).
-            state = torch.load(folder / STATE_FILE, weights_only=False)["model"]
+            state = torch.load(folder / CHECKPOINT_STATE, weights_only=False)["model"]
             weights = read_weights(folder / "best")
             assert weights.keys() == state.keys()
             assert all(torch.equal(weights[k], state[k]) for k in state)
