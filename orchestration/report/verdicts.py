@@ -41,6 +41,7 @@ Entry points, from the whole table to the parts:
     extended_bounds(looks, alpha)       the same for a design extended after it ended: (3, 12, 20)
     walk_miss(first, ks)                the exact miss of a design's k, for any continuous noise
     diverged(values, chance, loss)      the runs that failed to train, with the reason
+    rate_interval(k_a, n_a, k_b, n_b)   p_A − p_B of two divergence rates (a claim on `diverged`)
     claim_alphas(claims, error_rate)    each claim's α under a family-wise or per-claim rate
     is_open(codes, n, max_seeds)        the adaptive rule: which claims get another seed
     next_targets(...)                   which configurations get which seed next round
@@ -64,7 +65,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from orchestration.stats import sequential_level, t_quantile
-from orchestration.sweep.claims import Claim, same
+from orchestration.sweep.claims import DIVERGED, Claim, same
 
 __all__ = [
     "ALPHA", "METHODS", "ERROR_RATES", "OUTCOMES", "DECIDED", "HOLDS", "CONTRADICTED", "NO_DIFFERENCE",
@@ -72,7 +73,7 @@ __all__ = [
     "judge", "interval", "paired_interval", "intervals", "outcomes", "sign_bounds", "extended_bounds", "walk_miss",
     "first_decidable",
     "sequential_level",
-    "diverged", "diverged_mask", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
+    "diverged", "diverged_mask", "DIVERGED_METRIC", "rate_interval", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
     "decide_from_summary", "per_seed", "describe",
 ]
 
@@ -423,6 +424,14 @@ def decide(a: Mapping[Any, float], b: Mapping[Any, float], claim: Claim, alpha: 
     out of the pairs and counted on the verdict. `alpha`: this claim's share of the error
     (`claim_alphas`); `method`: None takes the claim's."""
     method = method or claim.interval
+    if claim.metric == DIVERGED_METRIC:  # a claim on the divergence rate: every seed counts
+        gone_a = {**{s: "diverged" for s, v in a.items() if v is not None and v != 0}, **(diverged_a or {})}
+        gone_b = {**{s: "diverged" for s, v in b.items() if v is not None and v != 0}, **(diverged_b or {})}
+        found = rate_interval(len(gone_a), len(set(a) | set(gone_a)), len(gone_b), len(set(b) | set(gone_b)),
+                              claim.looks, alpha)
+        verdict = judge(found, claim)
+        return dataclasses.replace(verdict, diverged_a=gone_a, diverged_b=gone_b,
+                                   seeds_a=len(set(a) | set(gone_a)), seeds_b=len(set(b) | set(gone_b)))
     gone_a = {**diverged(a, claim.chance, loss_a), **(diverged_a or {})}
     gone_b = {**diverged(b, claim.chance, loss_b), **(diverged_b or {})}
     found = interval(a, b, claim.looks, alpha, method, skip=set(gone_a) | set(gone_b))
@@ -442,6 +451,36 @@ def decide_from_summary(mean: float, half: float, n: int, claim: Claim, alpha: f
 
 
 # --------------------------------------------------------------------------- diverged runs
+
+DIVERGED_METRIC = DIVERGED  # a claim on this figure compares the two sides' divergence rates
+RATE = "rate"  # the Interval.method of a divergence rate's interval
+
+
+def rate_interval(gone_a: int, seeds_a: int, gone_b: int, seeds_b: int,
+                  looks: tuple[int, ...] | None = None, alpha: float = ALPHA) -> Interval:
+    """The interval of p_A − p_B, the chance that a run of A (of B) diverges, from `gone_a` of
+    `seeds_a` runs of A diverged and `gone_b` of `seeds_b` of B: [L_A − H_B, H_A − L_B] of the
+    two sides' exact (Clopper–Pearson) intervals, each at alpha/2. Each misses its rate above
+    (below) with probability ≤ alpha/4, so the difference's misses each way stay ≤ alpha/2
+    for any rates, the sides' seeds need not be the same ones, and n ≥ 1 gives an interval.
+    Over sequential looks alpha is split evenly over them (Bonferroni: valid however the seeds
+    stopped; `looks` (first, ..., last) has last − first + 1). Conservative, as exact
+    binomial intervals are: a decided verdict is wrong less often than alpha/2 a side."""
+    from scipy.stats import beta
+
+    n = min(seeds_a, seeds_b)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, math.nan, RATE, alpha, looks)
+    share = alpha / ((looks[-1] - looks[0] + 1) if looks else 1) / 4  # each side's one-sided miss
+
+    def exact(k: int, m: int) -> tuple[float, float]:
+        low = 0.0 if k == 0 else float(beta.ppf(share, k, m - k + 1))
+        high = 1.0 if k == m else float(beta.ppf(1 - share, k + 1, m - k))
+        return low, high
+
+    (la, ha), (lb, hb) = exact(gone_a, seeds_a), exact(gone_b, seeds_b)
+    return Interval(gone_a / seeds_a - gone_b / seeds_b, la - hb, ha - lb, n, math.nan, RATE, alpha, looks)
+
 
 def diverged(values: Mapping[Any, float], chance: float | None = None,
              loss: Mapping[Any, float] | None = None) -> dict[Any, str]:
@@ -551,6 +590,8 @@ def seeds_needed(found: Interval, min_effect: float, relation: str, power: float
     with the observed centre and spread; None when no n up to `most` does."""
     # Blocks of n, nearest first: an adaptive sweep asks after every seed, and nearly every
     # answer lies in the first block.
+    if found.method == RATE:  # no planning figure for a rate's interval
+        return None
     start = max(found.n + 1, 2)
     for begin in range(start, most + 1, _BLOCK):
         hit = _needed_in(found, min_effect, relation, power, np.arange(begin, min(begin + _BLOCK, most + 1)), most)
