@@ -74,3 +74,42 @@ def test_the_rule_tracking_tags_a_run_with():
     # A finished run whose overall or last loss is not a number.
     assert diverged_reason({"overall": math.nan}, {1: {"loss_sst": 0.3}}) == "overall is nan"
     assert diverged_reason({"overall": 0.6}, {1: {"loss_sst": 0.3}}) is None
+
+
+def test_findings_count_a_sides_diverged_seeds_of_the_latest_sweep_only(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.report.findings import findings
+    from orchestration.sweep.claims import Claim
+
+    from .conftest import new_experiment
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = new_experiment(client, "blowup")
+
+    def sweep(diverged: dict[int, tuple[str, str]]) -> None:
+        """8 seeds of the baseline and of lr 1.0; diverged: seed of lr 1.0 -> (status, why)."""
+        parent = client.create_run(experiment, tags={"role": "sweep"}).info.run_id
+        for variant, role, lr in (("baseline", "baseline", "5e-05"), ("p000", "search", "1.0")):
+            for seed in range(8):
+                status, why = diverged.get(seed, ("FINISHED", "")) if variant == "p000" else ("FINISHED", "")
+                tags = {"mlflow.parentRunId": parent, "variant": variant, "role": role, "seed": str(seed),
+                        **({"diverged": why} if why else {})}
+                run = client.create_run(experiment, tags=tags).info.run_id
+                client.log_param(run, "optim.lr", lr)
+                if status == "FINISHED":
+                    client.log_metric(run, "overall", 0.6 + 0.01 * seed + (0.05 if variant == "p000" else 0.0))
+                client.set_terminated(run, status)
+        client.set_terminated(parent, "FINISHED")
+
+    sweep({0: ("FAILED", LOSS)})  # an earlier sweep: its tags are not this sweep's
+    sweep({3: ("FAILED", LOSS), 5: ("FAILED", LOSS)})
+    claims = [Claim("lr 1 scores higher", "overall", {"optim.lr": 1.0, "experiment": "blowup"},
+                    {"role": "baseline", "experiment": "blowup"}, ">"),
+              Claim("lr 1 diverges more often", "diverged", {"optim.lr": 1.0, "experiment": "blowup"},
+                    {"role": "baseline", "experiment": "blowup"}, ">", min_effect=0.1)]
+    md, table = findings(client.tracking_uri, ["blowup"], claims=claims, error_rate="claim")
+    score, rate = table.to_dict("records")
+    assert (score["n"], score["a_n"], score["a_diverged"], score["b_diverged"]) == (6, 8, 2, 0)
+    assert rate["delta"] == pytest.approx(2 / 8) and rate["verdict"] == "inconclusive"
+    assert "A 2 of 8 seeds" in md
