@@ -6,11 +6,14 @@ in findings, where the verdict on a score leaves the diverged seeds out of the p
 them, and a claim on the divergence rate itself is decided from the same tags."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from mlflow.tracking import MlflowClient
 
 from orchestration.report.findings import findings
 from orchestration.report.leaderboard import leaderboard
+from orchestration.track.view import SEEDS_VIEW_KEY, VIEW_TAG_PREFIX
 
 from .conftest import run_cli, write_sweep
 
@@ -48,6 +51,8 @@ def test_a_diverging_configuration_is_a_finding_everywhere(tmp_path):
     [config] = [r for r in runs if r.data.tags.get("role") == "configuration" and r.data.tags["variant"] == "p000"]
     assert config.data.metrics["seeds"] == 0 and config.data.metrics["seeds_diverged"] == SEEDS
     assert set(config.data.tags["diverged_seeds"].split(",")) == {r.data.tags["trial_key"] for r in gone}
+    seeds_view = client.get_experiment(experiment).tags[VIEW_TAG_PREFIX + SEEDS_VIEW_KEY]
+    assert "tags.`diverged`" in json.loads(json.loads(seeds_view)["state"])["selectedColumns"]
 
     # The leaderboard: the configuration is one row, its count and its reason, in every export.
     text, table, _ = leaderboard(uri, "blowup")
