@@ -28,6 +28,11 @@ class TrainingError(RuntimeError):
     """Training cannot go on (e.g. a non-finite loss); the message is one readable line."""
 
 
+class Diverged(TrainingError):
+    """The loss went non-finite: the run failed to train. A sweep records it as a diverged seed
+    of its configuration, a finding that the verdicts count (docs/verdicts.md), not a crash."""
+
+
 class CheckpointUnreadable(RuntimeError):
     """A resumable state that cannot be read (a file cut short by a kill or a full disk):
     the one line says which and why. Not a TrainingError: the run itself is sound, and

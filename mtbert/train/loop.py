@@ -32,7 +32,7 @@ from mtbert.config import Config, to_dict
 from mtbert.data.samplers import TaskBatches, strategy_of, task_schedule
 from mtbert.data.tokenize import Prepared, collate, pad_token_id, prepare
 from mtbert.data.types import Batch
-from mtbert.errors import TrainingError
+from mtbert.errors import Diverged
 from mtbert.model.multitask import MultitaskModel, Packed, count_params, model_size_mb, pack
 from mtbert.tasks import get_task
 from mtbert.train import measure
@@ -794,7 +794,7 @@ def _check_finite(recent, epoch: int) -> None:
     for step, losses, step_tasks in recent:
         for value, task in zip(losses.tolist(), step_tasks):
             if not math.isfinite(value):
-                raise TrainingError(f"loss of task '{task}' is {value} at epoch {epoch}, step {step}; "
+                raise Diverged(f"loss of task '{task}' is {value} at epoch {epoch}, step {step}; "
                                     "try a lower optim.lr or check the data")
 
 

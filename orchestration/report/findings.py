@@ -31,8 +31,8 @@ import pandas as pd
 from orchestration.errors import SweepError
 from orchestration.paths import fluent_tracking_uri
 from orchestration.report import export, reader
-from orchestration.report.verdicts import (INCONCLUSIVE, MAX_SEEDS, NOT_RUN, Verdict, claim_alphas, decide,
-                                    rate_caption, row, seed_means)
+from orchestration.report.verdicts import (DIVERGED_METRIC, INCONCLUSIVE, MAX_SEEDS, NOT_RUN, RATE, Verdict,
+                                           claim_alphas, decide, rate_caption, row, seed_means)
 from orchestration.sweep.claims import CLAIMS_FILE, Claim, from_doc, matches
 from orchestration.sweep.labels import parse_param
 
@@ -40,19 +40,24 @@ from orchestration.sweep.labels import parse_param
 # --------------------------------------------------------------------------- reading
 
 def read_runs(uri: str, experiments: list[str] | None = None, parent_run_id: str | None = None) -> pd.DataFrame:
-    """Finished trial runs (not sweep parents nor configurations) of the named experiments (default: all), with
-    an `experiment` column holding the experiment's name; only one sweep's with `parent_run_id`."""
+    """Finished trial runs (not sweep parents nor configurations) of the named experiments (default: all),
+    and failed ones tagged diverged, with an `experiment` column holding the experiment's name;
+    only one sweep's with `parent_run_id`."""
     import mlflow
 
     found = {e.experiment_id: e.name for e in reader.experiments_named(reader.mlflow_client(uri), uri, experiments)}
     if not found:
         return pd.DataFrame()
+    # The finished runs, and the failed ones tracking tagged diverged (their loss went
+    # non-finite): a run that failed to train is a seed of its configuration, counted.
+    parent = f" and tags.`mlflow.parentRunId` = '{parent_run_id}'" if parent_run_id else ""
     with fluent_tracking_uri(uri):
-        where = "attributes.status = 'FINISHED'"
-        if parent_run_id:
-            where += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-        runs = mlflow.search_runs(experiment_ids=list(found), filter_string=where,
-                                  output_format="pandas", max_results=50000)
+        found_runs = [mlflow.search_runs(experiment_ids=list(found), filter_string=where + parent,
+                                         output_format="pandas", max_results=50000)
+                      for where in ("attributes.status = 'FINISHED'",
+                                    "attributes.status = 'FAILED' and tags.diverged LIKE '%'")]
+    runs = pd.concat([r for r in found_runs if not r.empty], ignore_index=True) \
+        if any(not r.empty for r in found_runs) else found_runs[0]
     if runs.empty:
         return runs
     from orchestration.track.view import CONFIGURATION
@@ -115,14 +120,13 @@ def _match(runs: pd.DataFrame, selector: dict[str, Any]) -> pd.Series:
     return pd.Series(keep, index=runs.index, dtype=bool)
 
 
-def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: str) -> dict[str, float]:
-    """seed -> metric of the one configuration the selector picks (latest sweep wins)."""
+def side_runs(runs: pd.DataFrame, selector: dict[str, Any], label: str) -> pd.DataFrame:
+    """The runs of the one configuration the selector picks (latest sweep wins)."""
     if runs.empty:
-        return {}
+        return runs
     hit = runs[_match(runs, selector)]
-    col = f"metrics.{metric}"
-    if hit.empty or col not in hit:
-        return {}
+    if hit.empty:
+        return hit
     hit = hit.assign(_parent=reader.col(hit, "tags.mlflow.parentRunId").fillna(""),
                      _variant=reader.col(hit, "tags.variant").fillna(""))
     latest = hit.sort_values("start_time").iloc[-1]["_parent"]
@@ -131,7 +135,20 @@ def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: s
     if len(variants) > 1:
         raise SweepError(f"claim selector {label} {selector}: matches {len(variants)} configurations of one "
                          f"sweep ({', '.join(variants)}); name more keys")
-    return seed_means(pd.to_numeric(hit[col], errors="coerce"), hit["tags.seed"].astype(str))
+    return hit
+
+
+def per_seed(runs: pd.DataFrame, selector: dict[str, Any], metric: str, label: str) -> dict[str, float]:
+    """seed -> metric of the one configuration the selector picks (latest sweep wins); for the
+    divergence rate (DIVERGED_METRIC) each seed's 1 (diverged) or 0."""
+    hit = side_runs(runs, selector, label)
+    seeds = reader.col(hit, "tags.seed").astype(str)
+    if metric == DIVERGED_METRIC:
+        return (reader.col(hit, "tags.diverged").fillna("") != "").astype(float).groupby(seeds).max().to_dict()
+    col = f"metrics.{metric}"
+    if hit.empty or col not in hit:
+        return {}
+    return seed_means(pd.to_numeric(hit[col], errors="coerce"), seeds)
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -148,11 +165,12 @@ def table_of(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).astype({"seeds_needed": "Int64"})
 
 
-def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any]) -> dict[str, str]:
-    """seed -> why, of the runs a selector picks that tracking tagged diverged."""
-    if runs.empty or "tags.diverged" not in runs:
+def _diverged_tags(runs: pd.DataFrame, selector: dict[str, Any], label: str) -> dict[str, str]:
+    """seed -> why, of the runs of the configuration a selector picks that tracking tagged diverged."""
+    hit = side_runs(runs, selector, label)
+    if hit.empty or "tags.diverged" not in hit:
         return {}
-    hit = runs[_match(runs, selector) & (reader.col(runs, "tags.diverged").fillna("") != "")]
+    hit = hit[reader.col(hit, "tags.diverged").fillna("") != ""]
     return {str(r["tags.seed"]): str(r["tags.diverged"]) for _, r in hit.iterrows()}
 
 
@@ -165,8 +183,8 @@ def judge_claims(runs: pd.DataFrame, claims: list[Claim], error_rate: str | None
     for claim, alpha in zip(claims, claim_alphas(claims)):
         a = per_seed(runs, claim.a, claim.metric, "A")
         b = per_seed(runs, claim.b, claim.metric, "B")
-        verdict = decide(a, b, claim, alpha, diverged_a=_diverged_tags(runs, claim.a),
-                         diverged_b=_diverged_tags(runs, claim.b))
+        verdict = decide(a, b, claim, alpha, diverged_a=_diverged_tags(runs, claim.a, "A"),
+                         diverged_b=_diverged_tags(runs, claim.b, "B"))
         rows.append(claim_row(claim, verdict))
     return table_of(rows)
 
@@ -217,6 +235,9 @@ def claim_sides(runs: pd.DataFrame, claims: list[Claim], table: pd.DataFrame) ->
 MEDIAN_CAPTION = ("Effect = A − B paired by seed: the median of the per-seed differences and its interval "
                   "[L, H], two order statistics of the differences whose coverage of the true median holds "
                   "whatever the noise's shape (skewed, heavy-tailed, one side noisier), seeds independent")
+RATE_CAPTION = ("A claim on `diverged` compares divergence rates: the effect is A's diverged share of its seeds "
+                "less B's, its interval [L, H] the two sides' exact (Clopper–Pearson) intervals combined, at "
+                "least as sure as the table's level (over sequential looks, the level split evenly over them)")
 MEAN_CAPTION = ("Effect = A − B paired by seed: the mean of the per-seed differences ± the half-width of its "
                 "t-interval [L, H], right when the differences are near-normal")
 RULES_CAPTION = ("n = seeds both ran and neither diverged (\"sequential f..l\": seeds were added one at a time, "
@@ -226,8 +247,9 @@ RULES_CAPTION = ("n = seeds both ran and neither diverged (\"sequential f..l\": 
                  "inside ±δ); contradicted: wholly on the other side (≈: wholly beyond +δ or −δ); no "
                  "difference that matters (> and <): wholly inside ±δ, on either side of 0; inconclusive: it holds a "
                  "difference that matters and one that does not, or too few seeds for an interval; not run: no "
-                 "seed both ran. Diverged: runs that failed to train (a value or loss not finite, or at the "
-                 "claim's chance level while the configuration's other seeds are not), left out of the pairs. "
+                 "seed both ran. Diverged: a side's seeds that failed to train, of all its seeds (training "
+                 "stopped on a non-finite loss, a value or loss not finite, or at the claim's chance level while "
+                 "the configuration's other seeds are not), left out of the pairs. "
                  "Paper's effect: the paper's A − B, inside or outside the interval. Seeds needed: the paired "
                  "seeds at which a fixed design would decide the claim with 80% power, were the differences "
                  "normal with the observed centre and spread.")
@@ -236,7 +258,8 @@ RULES_CAPTION = ("n = seeds both ran and neither diverged (\"sequential f..l\": 
 def caption(table: pd.DataFrame) -> str:
     """What the table's intervals are and which error rate it keeps."""
     methods = set(table["method"]) if len(table) else {"median"}
-    what = "; ".join(c for m, c in (("median", MEDIAN_CAPTION), ("mean", MEAN_CAPTION)) if m in methods)
+    what = "; ".join(c for m, c in (("median", MEDIAN_CAPTION), ("mean", MEAN_CAPTION), (RATE, RATE_CAPTION))
+                     if m in methods)
     rate = rate_caption(list(table["error_rate"]) if len(table) else [])
     if "mean" in methods and rate:
         rate += " A mean's t-interval keeps it only where the per-seed differences are near-normal."
@@ -246,8 +269,10 @@ def caption(table: pd.DataFrame) -> str:
 def _effect(r: pd.Series) -> str:
     if r["n"] == 0:
         return "–"
-    median = r.get("method", "median") == "median"
-    text = ("median " if median else "") + f"{r['delta']:+.3f}"
+    median = r.get("method", "median") in ("median", RATE)
+    rates = f"rate {r['a_diverged'] / r['a_n']:.2f} − {r['b_diverged'] / r['b_n']:.2f} = " \
+        if r.get("method") == RATE else ""
+    text = ("median " if r.get("method", "median") == "median" else rates) + f"{r['delta']:+.3f}"
     if not math.isnan(r["low"]):
         text += (f" [{r['low']:+.3f}, {r['high']:+.3f}]" if median
                  else f" ± {r['half']:.3f} [{r['low']:+.3f}, {r['high']:+.3f}]")
@@ -255,7 +280,8 @@ def _effect(r: pd.Series) -> str:
 
 
 def _diverged(r: pd.Series) -> str:
-    parts = [f"{side} {int(r[f'{side.lower()}_diverged'])} of {int(r[f'{side.lower()}_n'])}"
+    """"A 2 of 9 seeds": each side's seeds that failed to train, of all its seeds."""
+    parts = [f"{side} {int(r[f'{side.lower()}_diverged'])} of {int(r[f'{side.lower()}_n'])} seeds"
              for side in ("A", "B") if r.get(f"{side.lower()}_diverged", 0)]
     return ", ".join(parts) if parts else "–"
 
@@ -272,7 +298,8 @@ def _paper(r: pd.Series) -> str:
 def _seeds(r: pd.Series) -> str:
     if not pd.isna(r["seeds_needed"]):
         return str(int(r["seeds_needed"]))
-    return f">{MAX_SEEDS}" if r["verdict"] == INCONCLUSIVE and r["n"] >= 2 else "–"
+    planned = r["verdict"] == INCONCLUSIVE and r["n"] >= 2 and r.get("method") != RATE
+    return f">{MAX_SEEDS}" if planned else "–"
 
 
 FORMATS = export.MARKDOWN_FORMATS  # its cells carry Markdown's bold

@@ -57,6 +57,8 @@ WALL_SPREAD = 0.20
 WALL_MARK = "§"
 ALSO_SEARCHED = "(also searched)"
 REASON_CHARS = 60  # of a failed trial's reason in its row (the csv keeps 200, MLflow all of it)
+DIVERGED_STATUS = "diverged"  # a run that failed to train (its tag): counted in its configuration's row
+DIVERGED_MARK = "⊘"  # a configuration every seed of which diverged
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ LABEL_COLUMNS = ("regime", "lr", "weights")  # a row's name, left-aligned; the r
 DELTA_COLUMN = f"{DELTA_METRIC}_delta"
 DELTA = Column(DELTA_COLUMN, f"Δ {DELTA_METRIC} vs *", "+.3f", better="max")
 N = Column("n", "n")
+DIVERGED_COLUMN = Column("seeds_diverged", "Diverged")  # "2 of 9": seeds that failed to train, of all
 
 
 def figure_columns(task_metrics: Sequence[str]) -> dict[str, Column]:
@@ -151,12 +154,15 @@ def delta_design(parent_tags: dict[str, str]) -> DeltaDesign:
 # --------------------------------------------------------------------------- the table
 
 def _status(runs: pd.DataFrame) -> pd.Series:
-    """finished | failed | interrupted (KILLED by a signal, an outage or the sweep's end)."""
+    """finished | diverged (finished or failed, tagged diverged: it failed to train) | failed |
+    interrupted (KILLED by a signal, an outage or the sweep's end)."""
     status = reader.col(runs, "status")
     interrupted = reader.col(runs, "tags.interrupted").fillna("false") != "false"
+    tagged = reader.col(runs, "tags.diverged").fillna("") != ""
     out = pd.Series("other", index=runs.index)
     out[status == "FINISHED"] = "finished"
     out[status == "FAILED"] = "failed"
+    out[status.isin(["FINISHED", "FAILED"]) & tagged] = DIVERGED_STATUS
     out[(status == "KILLED") | ((status != "FINISHED") & (status != "FAILED") & interrupted)] = "interrupted"
     return out
 
@@ -259,22 +265,31 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     numeric = list(figure_columns(task_metrics))
     frame = _run_rows(runs, parent_tags, numeric)
     done = frame[frame["status"] == "finished"]
+    gone = frame[frame["status"] == DIVERGED_STATUS]
     grouped = done.groupby("variant", sort=False)
     table = _aggregate(grouped, numeric)
+    table[DIVERGED_COLUMN.key] = gone.groupby("variant").size().reindex(table["variant"]).fillna(0).astype(int).values
     table["wall_time_spread"] = _wall_time_spread(frame, done).reindex(table["variant"]).values
     design = delta_design(parent_tags)
-    deltas = _paired_deltas(done, DELTA_METRIC, design).reindex(table["variant"])
+    # The diverged runs go in so that their seeds leave the pairs, as a verdict leaves them.
+    deltas = _paired_deltas(pd.concat([done, gone]), DELTA_METRIC, design).reindex(table["variant"])
     delta_columns = [DELTA_COLUMN, *(f"{DELTA_COLUMN}_{part}" for part in DELTA_PARTS[1:])]
     table[delta_columns] = deltas[list(DELTA_PARTS)].values
     table.loc[table["role"] == "baseline", delta_columns] = math.nan
     table["status"] = "finished"
     table["reason"] = ""
     table[STANDS_FOR] = grouped[STANDS_FOR].first().values
-    rest = frame[frame["status"] != "finished"]
+    # A configuration every seed of which diverged: one row, its count and its first reason.
+    lost = gone[~gone["variant"].isin(table["variant"])]
+    lost = lost.groupby("variant", sort=False).first().reset_index().assign(
+        reason=lambda f: f["variant"].map(lost.groupby("variant")["diverged"].first()),
+        **{DIVERGED_COLUMN.key: lambda f: f["variant"].map(lost.groupby("variant").size())},
+        **{name: math.nan for name in numeric})
+    rest = pd.concat([frame[~frame["status"].isin(["finished", DIVERGED_STATUS])], lost], ignore_index=True)
     if not rest.empty:
         # One run each: no interval, no pairing; a count's median and range are its value.
-        rest = rest.assign(n=1, stopped_early=0, **{f"{name}_{stat}": rest[name] for name in numeric
-                                                     for stat in ("median", "min", "max")})
+        rest = rest.assign(n=(rest["status"] != DIVERGED_STATUS).astype(int), stopped_early=0,
+                           **{f"{name}_{stat}": rest[name] for name in numeric for stat in ("median", "min", "max")})
         table = pd.concat([table, rest.reindex(columns=table.columns)], ignore_index=True)
     table.loc[table["role"] == "reference", "regime"] = REFERENCE_LABEL
     single = table["role"] == SINGLE_TASK
@@ -402,6 +417,8 @@ def _cell(r: dict, c: Column) -> Cell:
     if c.key in LABEL_COLUMNS:
         return Cell(str(r[c.key]))
     value = r.get(c.key, math.nan)
+    if c.key == DIVERGED_COLUMN.key:  # "2 of 9": of the seeds the row trained and those that diverged
+        return Cell(f"{int(value)} of {int(value) + int(r['n'])}" if not pd.isna(value) and value else "–")
     if pd.isna(value):
         return Cell("–")
     if c.key == DELTA_COLUMN:
@@ -437,7 +454,7 @@ def all_columns(table: pd.DataFrame) -> dict[str, Column]:
             shown += [] if any(c.key in tms for c in shown) else [columns[k] for k in tms]
         else:
             shown += [column, DELTA] if key == DELTA_METRIC else [column]
-    return {**labels, **{c.key: c for c in shown}, N.key: N}
+    return {**labels, **{c.key: c for c in shown}, N.key: N, DIVERGED_COLUMN.key: DIVERGED_COLUMN}
 
 
 def _varies(table: pd.DataFrame, key: str) -> bool:
@@ -459,7 +476,10 @@ def default_columns(table: pd.DataFrame, fmt: str = "md") -> list[str]:
     figs = [k for key in figs for k in ([key, DELTA_COLUMN] if key == DELTA_METRIC and with_delta else [key])]
     if DELTA_M in table.columns and bool(table[DELTA_M].notna().any()):  # the sweep ran single-task rows
         figs.insert(figs.index(DELTA_COLUMN if DELTA_COLUMN in figs else DELTA_METRIC) + 1, DELTA_M)
-    return ["regime", *labels, *figs, *tms, *n]
+    # Every format shows the seeds that failed to train, where any did: a finding, not noise.
+    diverged = [DIVERGED_COLUMN.key] if DIVERGED_COLUMN.key in table and bool((table[DIVERGED_COLUMN.key] > 0).any()) \
+        else []
+    return ["regime", *labels, *figs, *tms, *n, *diverged]
 
 
 def chosen_columns(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt: str = "md") -> list[Column]:
@@ -484,9 +504,10 @@ def row_label(r: dict) -> str:
         label += f" {WALL_MARK}"
     if r["status"] == "interrupted":
         label += " ‡"
-    elif r["status"] == "failed":
-        reason = r["reason"] or "failed"
-        label += f" ✗ ({reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + '…'})"
+    elif r["status"] in ("failed", DIVERGED_STATUS):
+        reason = r["reason"] or r["status"]
+        mark = "✗" if r["status"] == "failed" else DIVERGED_MARK
+        label += f" {mark} ({reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 1] + '…'})"
     return label
 
 
@@ -521,6 +542,7 @@ def display_rows(table: pd.DataFrame, columns: Sequence[str] | None = None, fmt:
     # Dicts, not iterrows: a Series per row cost seconds on a 5,000-row table; and only of the
     # columns these cells read (a table has some 80).
     needed = ["regime", "role", "status", "reason", "stopped_early", "wall_time_spread", STANDS_FOR, "n",
+              DIVERGED_COLUMN.key,
               *(f"{c.key}{part}" for c in shown for part in ("", "_ci95", "_n", "_median", "_min", "_max")),
               *(f"{DELTA_COLUMN}_{part}" for part in DELTA_PARTS[1:])]
     records = table[[k for k in dict.fromkeys(needed) if k in table.columns]].to_dict("records")
@@ -592,6 +614,11 @@ def caption_parts(table: pd.DataFrame, columns: Sequence[str] | None = None, bol
          f"{ALSO_SEARCHED}: a searched point identical to the baseline, trained once, as the baseline."),
         ((table["status"] == "interrupted").any(), "‡ interrupted (mtbert sweep resume continues it)."),
         ((table["status"] == "failed").any(), "✗ failed, with its reason."),
+        (DIVERGED_COLUMN.key in keys, "Diverged: the configuration's seeds that failed to train (training stopped on "
+         "a non-finite loss, or its overall or last loss is not a number), of all its seeds; left out of its means, "
+         "n and Δ, as the verdicts leave them out."
+         + (f" {DIVERGED_MARK}: every seed diverged, with the first one's reason."
+            if (table["status"] == DIVERGED_STATUS).any() else "")),
     ]
     parts += [entry for needed, entry in legend if needed]
     below = below_reference(table)

@@ -41,6 +41,7 @@ Entry points, from the whole table to the parts:
     extended_bounds(looks, alpha)       the same for a design extended after it ended: (3, 12, 20)
     walk_miss(first, ks)                the exact miss of a design's k, for any continuous noise
     diverged(values, chance, loss)      the runs that failed to train, with the reason
+    rate_interval(k_a, n_a, k_b, n_b)   p_A − p_B of two divergence rates (a claim on `diverged`)
     claim_alphas(claims, error_rate)    each claim's α under a family-wise or per-claim rate
     is_open(codes, n, max_seeds)        the adaptive rule: which claims get another seed
     next_targets(...)                   which configurations get which seed next round
@@ -64,7 +65,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from orchestration.stats import sequential_level, t_quantile
-from orchestration.sweep.claims import Claim, same
+from orchestration.sweep.claims import DIVERGED, Claim, same
 
 __all__ = [
     "ALPHA", "METHODS", "ERROR_RATES", "OUTCOMES", "DECIDED", "HOLDS", "CONTRADICTED", "NO_DIFFERENCE",
@@ -72,7 +73,7 @@ __all__ = [
     "judge", "interval", "paired_interval", "intervals", "outcomes", "sign_bounds", "extended_bounds", "walk_miss",
     "first_decidable",
     "sequential_level",
-    "diverged", "diverged_mask", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
+    "diverged", "diverged_mask", "DIVERGED_METRIC", "rate_interval", "rate_bounds", "rate_levels", "claim_alphas", "rate_caption", "is_open", "next_targets", "seeds_needed",
     "decide_from_summary", "per_seed", "describe",
 ]
 
@@ -434,6 +435,14 @@ def decide(a: Mapping[Any, float], b: Mapping[Any, float], claim: Claim, alpha: 
     out of the pairs and counted on the verdict. `alpha`: this claim's share of the error
     (`claim_alphas`); `method`: None takes the claim's."""
     method = method or claim.interval
+    if claim.metric == DIVERGED_METRIC:  # a claim on the divergence rate: every seed counts
+        gone_a = {**{s: "diverged" for s, v in a.items() if v is not None and v != 0}, **(diverged_a or {})}
+        gone_b = {**{s: "diverged" for s, v in b.items() if v is not None and v != 0}, **(diverged_b or {})}
+        found = rate_interval(len(gone_a), len(set(a) | set(gone_a)), len(gone_b), len(set(b) | set(gone_b)),
+                              claim.looks, alpha)
+        verdict = judge(found, claim)
+        return dataclasses.replace(verdict, diverged_a=gone_a, diverged_b=gone_b,
+                                   seeds_a=len(set(a) | set(gone_a)), seeds_b=len(set(b) | set(gone_b)))
     gone_a = {**diverged(a, claim.chance, loss_a), **(diverged_a or {})}
     gone_b = {**diverged(b, claim.chance, loss_b), **(diverged_b or {})}
     found = interval(a, b, claim.looks, alpha, method, skip=set(gone_a) | set(gone_b))
@@ -453,6 +462,92 @@ def decide_from_summary(mean: float, half: float, n: int, claim: Claim, alpha: f
 
 
 # --------------------------------------------------------------------------- diverged runs
+
+DIVERGED_METRIC = DIVERGED  # a claim on this figure compares the two sides' divergence rates
+RATE = "rate"  # the Interval.method of a divergence rate's interval
+
+
+def rate_interval(gone_a: int, seeds_a: int, gone_b: int, seeds_b: int,
+                  looks: tuple[int, ...] | None = None, alpha: float = ALPHA) -> Interval:
+    """The interval of p_A − p_B, the chance that a run of A (of B) diverges, from `gone_a` of
+    `seeds_a` runs of A diverged and `gone_b` of `seeds_b` of B: [L_A − H_B, H_A − L_B] of the
+    two sides' exact (Clopper–Pearson) intervals, each end at a one-sided level whose miss,
+    over all the design's looks at once and at the worst rate, is at most alpha/4
+    (`rate_levels`). The difference then misses each way with probability ≤ alpha/2 for any
+    two rates, however the seeds stopped within the looks; the sides' seeds need not be the
+    same ones, and one seed a side gives an interval. Conservative, as exact binomial
+    intervals are: a decided verdict is wrong less often than alpha/2 a side."""
+    n = min(seeds_a, seeds_b)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, 0, math.nan, RATE, alpha, looks)
+    (la, ha), (lb, hb) = rate_bounds(gone_a, seeds_a, looks, alpha), rate_bounds(gone_b, seeds_b, looks, alpha)
+    return Interval(gone_a / seeds_a - gone_b / seeds_b, la - hb, ha - lb, n, math.nan, RATE, alpha, looks)
+
+
+def rate_bounds(k: int, n: int, looks: tuple[int, ...] | None = None, alpha: float = ALPHA) -> tuple[float, float]:
+    """One side's exact interval of its rate after k of n runs diverged, at look n of `looks`:
+    each end misses the rate with probability ≤ alpha/4 over all the looks at once."""
+    design = _design(looks, n)
+    level = rate_levels(design, alpha)[n - design[0]]
+    return float(_lower(k, n, level)), 1.0 - float(_lower(n - k, n, level))
+
+
+def _lower(k: Any, n: int, level: float) -> Any:
+    """Clopper–Pearson's lower bound of a rate after k of n at one-sided `level` (0 at k = 0)."""
+    from scipy.special import betaincinv
+
+    k = np.asarray(k, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(k > 0, betaincinv(np.maximum(k, 1), n - k + 1, level), 0.0)
+
+
+@lru_cache(maxsize=None)
+def rate_levels(looks: tuple[int, ...], alpha: float = ALPHA) -> tuple[float, ...]:
+    """The one-sided level of each look n = looks[0]..looks[-1] of a rate's exact interval: the
+    largest single level whose chance of putting the lower bound above the true rate at some
+    look, computed exactly over the Binomial walk at the worst rate, is at most alpha/4 (the
+    upper bound's by symmetry). (n, n): alpha/4, Clopper–Pearson's own. An extended design
+    (first, last, more, ...) keeps the earlier looks' levels and gives the added ones what the
+    earlier left unspent, as `extended_bounds` does for the median: at the worst rate the first
+    design spends all of it, so the added looks get level 0, the interval [−1, 1]: more seeds
+    never decide a rate claim the first design left open (its rate would not hold)."""
+    first, last = looks[0], looks[-1]
+    if first == last:
+        return (alpha / 4,)
+    kept = rate_levels(looks[:-1], alpha) if len(looks) > 2 else ()
+    added = range(looks[-2] + 1 if kept else first, last + 1)
+    low, high = 0.0, alpha / 4  # level 0 (no bound) never misses
+    for _ in range(40):  # the miss grows with the level: bisect
+        mid = (low + high) / 2
+        if _rate_miss(first, [*kept, *[mid] * len(added)]) <= alpha / 4 * (1 + 1e-9):
+            low = mid
+        else:
+            high = mid
+    return (*kept, *[low] * len(added))
+
+
+def _rate_miss(first: int, levels: list[float]) -> float:
+    """The largest, over rates p, chance that a lower bound at looks first.. is above p. Between
+    two bounds' values the event is fixed and grows with p, so the supremum is at a bound's
+    value, with the runs whose bound reaches it: the candidates are every look's bounds."""
+    last = first + len(levels) - 1
+    bounds = {n: _lower(np.arange(n + 1), n, c) for n, c in zip(range(first, last + 1), levels)}
+    candidates = np.unique(np.concatenate([b[b > 0] for b in bounds.values()]))
+    if not candidates.size:
+        return 0.0
+    p = candidates[:, None]
+    dist = np.zeros((len(candidates), last + 1))  # P(k runs diverged so far, no look missed yet)
+    dist[:, 0] = 1.0
+    missed = np.zeros(len(candidates))
+    for n in range(1, last + 1):
+        dist[:, 1:n + 1] = dist[:, 1:n + 1] * (1 - p) + dist[:, 0:n] * p
+        dist[:, 0] *= 1 - p[:, 0]
+        if n in bounds:
+            over = bounds[n][None, :] >= p * (1 - 1e-12)  # the bound reaches p: a miss
+            missed += (dist[:, :n + 1] * over).sum(axis=1)
+            dist[:, :n + 1] *= ~over
+    return float(missed.max())
+
 
 def diverged(values: Mapping[Any, float], chance: float | None = None,
              loss: Mapping[Any, float] | None = None) -> dict[Any, str]:
@@ -562,6 +657,8 @@ def seeds_needed(found: Interval, min_effect: float, relation: str, power: float
     with the observed centre and spread; None when no n up to `most` does."""
     # Blocks of n, nearest first: an adaptive sweep asks after every seed, and nearly every
     # answer lies in the first block.
+    if found.method == RATE:  # no planning figure for a rate's interval
+        return None
     start = max(found.n + 1, 2)
     for begin in range(start, most + 1, _BLOCK):
         hit = _needed_in(found, min_effect, relation, power, np.arange(begin, min(begin + _BLOCK, most + 1)), most)

@@ -63,6 +63,11 @@ class Claim:
         return self.a.get("experiment")
 
 
+# A claim's metric that is no logged figure: the chance that a run of the side diverges (its
+# seeds tagged or found diverged over all its seeds), compared by rate_interval in
+# orchestration/report/verdicts.py. `metric: diverged, relation: ">"` says A diverges more often.
+DIVERGED = "diverged"
+
 # looks: the sweep's seeds set it; error_rate and interval: its `verdicts:`.
 FIELDS = {f.name for f in dataclasses.fields(Claim)} - {"looks", "error_rate", "interval"}
 REQUIRED = ("name", "metric", "a", "b", "relation")
@@ -246,7 +251,7 @@ def check_claims(claims: list[Claim], configs: list[Configuration], tasks: list[
     checked, the searched configurations come later)."""
     from mtbert.figures import run_figures
 
-    metrics = set(run_figures(tasks))  # what every finished trial logs as run metrics
+    metrics = set(run_figures(tasks)) | {DIVERGED}  # what every finished trial logs, and the divergence rate
     keys = _config_keys(configs)
     for i, claim in enumerate(claims):
         at = _where(where, i, claim.name)

@@ -26,7 +26,8 @@ Names on a child run:
   tags     mlflow.parentRunId, sweep_run (the parent's name), trial_key (stable across
            resumes), trial_id, variant, role, seed, node, node_ip, device, precision (what the
            trial trained on and in), git_commit, stopped_early,
-           interrupted, tm_time_basis, tm_baseline, error, diverged (why, when it did)
+           interrupted, tm_time_basis, tm_baseline, error, diverged (why, when it failed to
+           train: a finished run, or a failed one whose loss went non-finite; diverged_reason)
   artifacts config.yaml (re-run it with `mtbert train --config`), result.json (final
            figures, per-epoch history, config), train.log
 
@@ -36,7 +37,8 @@ records, synced when one of them ends (never per epoch), so it holds
   params   its seeds' flattened config but the seed (train.seed)
   metrics  for every final figure of its finished, not diverged seeds: their mean under the
            figure's own name (overall, sst_acc, ...) and, from two seeds, the ends of its 95%
-           t-interval (overall_ci_low, overall_ci_high); seeds, seeds_diverged
+           t-interval (overall_ci_low, overall_ci_high); seeds (those), seeds_diverged (the
+           seeds tagged diverged, failed ones included: "2 of 9 seeds diverged" is 2 of 7 + 2)
   tags     variant, configuration_role (its seeds' role), seed_runs, diverged_seeds, and after
            the verdicts its part in each claim (claim/<name>: "A, holds")
 Whatever reads a sweep's trials reads its seed runs: SEED_RUNS in a search.
@@ -318,11 +320,12 @@ class SweepRecord:
                 for scores in (self._tm(t, metrics), self._delta_m(t, metrics)):
                     tags.update(scores.pop("tags", {}))
                     metrics.update(scores)
-                why = diverged_reason(metrics, t["epochs"])
-                if why:
-                    tags["diverged"] = why
             result = json.dumps({"metrics": metrics, "epochs": [{"epoch": e, **t["epochs"][e]} for e in sorted(t["epochs"])],
                                  "config": config, "trial_key": key, "status": t["status"]}, indent=2, default=str)
+        if t["status"] in ("FINISHED", "FAILED"):
+            why = diverged_reason(metrics, t["epochs"] if t["status"] == "FINISHED" else {}, t["error"])
+            if why:
+                tags["diverged"] = why
         return tags, metrics, result
 
     def _tm(self, t: dict, final: dict[str, float]) -> dict[str, Any]:
@@ -366,9 +369,12 @@ class SweepRecord:
         params = {k: str(v)[:6000] for k, v in flatten(first.get("config", {})).items() if k != SEED_PARAM}
         finished, diverged = [], []
         for k, t in seeds:
-            if t["status"] == "FINISHED" and t["epochs"]:
+            if t["status"] in ("FINISHED", "FAILED"):  # a failed one counts when its loss diverged
                 tags, metrics, _ = self.view(k)
-                (diverged if tags.get("diverged") else finished).append((k, metrics))
+                if tags.get("diverged"):
+                    diverged.append((k, metrics))
+                elif t["status"] == "FINISHED" and t["epochs"]:
+                    finished.append((k, metrics))
         metrics: dict[str, float] = {}
         # overall first: MLflow's compare page charts a run's first metric.
         for name in dict.fromkeys(["overall", *(n for _, m in finished for n in m)]):
@@ -998,10 +1004,19 @@ def trial_figures(history: dict[int, dict[str, float]], config: dict[str, Any],
     return final, basis
 
 
-def diverged_reason(final: dict[str, float], history: dict[int, dict[str, float]]) -> str | None:
-    """Why a finished trial failed to train, or None: its `overall` or its last epoch's training
-    loss of a task is not a finite number (the run's `diverged` tag; the verdicts leave such a
-    run out of a claim's pairs and count it, orchestration/report/verdicts.py: diverged)."""
+def diverged_reason(final: dict[str, float], history: dict[int, dict[str, float]],
+                    error: str | None = None) -> str | None:
+    """Why a trial failed to train, or None: training stopped on a non-finite loss (`error`,
+    the failed trial's one line, names mtbert.errors.Diverged), or it finished with its
+    `overall` or its last epoch's training loss of a task not a finite number. The run's
+    `diverged` tag; the verdicts and the leaderboard leave such a run out and count it
+    (docs/verdicts.md, "Diverged runs"; the chance-level half of the rule needs a claim's
+    `chance`: orchestration/report/verdicts.py: diverged)."""
+    from mtbert.errors import Diverged
+
+    # trainable.py reports a failure as "<exception type>: <message>".
+    if error and error.startswith(f"{Diverged.__name__}: "):
+        return error[len(Diverged.__name__) + 2:]
     last = history[max(history)] if history else {}
     figures = {"overall": final.get("overall"), **{k: v for k, v in last.items() if k.startswith("loss_")}}
     for name, value in figures.items():

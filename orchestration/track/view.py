@@ -47,6 +47,7 @@ VIEW_TAGS = [SWEEP_RUN_TAG, "seed"]
 CONFIGURATION = "configuration"
 CONFIGURATION_FILTER, SEEDS_FILTER = f"tags.role = '{CONFIGURATION}'", f"tags.role != '{CONFIGURATION}'"
 CONFIGURATION_TAGS = ["configuration_role", "diverged_seeds"]
+SEED_TAGS = ["diverged"]  # a seed that failed to train says why (tracking.diverged_reason)
 CONFIGURATION_METRICS = ["seeds", "seeds_diverged"]
 VIEW_CHART = "mtbert-swept"  # the parallel-coordinates chart of the view's chart tab, and its section
 
@@ -71,11 +72,12 @@ def runs_view(objective: str, task_metrics: list[str], swept: list[str], ascendi
     UI keys them (tags.`name`, metrics.`name`, ...), best first. The configurations' view
     (default): the swept params as logged (`swept_params`), the objective and overall with
     their intervals, the seeds and diverged seeds, the task scores and the costs. The seeds'
-    view (`seeds`): the sweep and seed of each row, the scores, the swept params. Its chart tab
+    view (`seeds`): the sweep and seed of each row, why it diverged where it did, the scores, the
+    swept params. Its chart tab
     opens on a parallel-coordinates chart of the swept params against the objective."""
     scores = list(dict.fromkeys([objective, "overall", *task_metrics, *VIEW_FIGURES]))
     if seeds:
-        columns = ([f"tags.`{t}`" for t in VIEW_TAGS] + [f"metrics.`{m}`" for m in scores]
+        columns = ([f"tags.`{t}`" for t in [*VIEW_TAGS, *SEED_TAGS]] + [f"metrics.`{m}`" for m in scores]
                    + [f"params.`{k}`" for k in swept]
                    + ["attributes.`Dataset`", "attributes.`Source`", "attributes.`Models`"])
     else:
