@@ -28,43 +28,20 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap, matrices,
+                                   series_name)
 from mtbert.train.state import capture_rng, restore_rng
 from mtbert.train.weighting.base import TaskGradients, task_gradients
 
-AFFINITY, COSINE = "affinity", "cosine"
-WHOLE, ENCODER, HEADS = "", "encoder", "heads"  # the shared parts a series may be of ("": all of them)
-PAIR_SEPARATOR = "-to-"  # affinity/sst-to-para: MLflow names allow no '>', task names no '-'
-FOLDER = "affinity"  # under the run's output folder: affinity.json and the heatmaps
-JSON_FILE = "affinity.json"
 
 # One held batch's per-task losses (unreduced over tasks) and the packed layout, from the loop.
 LossesOf = Callable[[dict[str, list[int]]], tuple[dict[str, torch.Tensor], object]]
-
-
-def series_name(kind: str, first: str, second: str, part: str = WHOLE) -> str:
-    """affinity/<i>-to-<j> (i's step, j's loss) or cosine/<i>-<j>, under the part's name when
-    it is one part of the shared set: affinity/encoder/sst-to-para."""
-    pair = f"{first}{PAIR_SEPARATOR}{second}" if kind == AFFINITY else f"{first}-{second}"
-    return "/".join(x for x in (kind, part, pair) if x)
-
-
-def parse_name(name: str) -> tuple[str, str, str, str] | None:
-    """(kind, part, first, second) of a series name, None for any other name."""
-    parts = name.split("/")
-    if len(parts) not in (2, 3) or parts[0] not in (AFFINITY, COSINE):
-        return None
-    part = parts[1] if len(parts) == 3 else WHOLE
-    pair = parts[-1].split(PAIR_SEPARATOR) if parts[0] == AFFINITY else parts[-1].split("-")
-    if len(pair) != 2 or not all(pair):
-        return None
-    return parts[0], part, pair[0], pair[1]
 
 
 def shared_parts(model, shared: Sequence[torch.nn.Parameter]) -> dict[str, set[int]]:
@@ -246,49 +223,3 @@ def measure_flops(model, packed, device: torch.device, start: int, tasks: int, l
     backward = (tasks * model.shared_backward_flops(packed, device, start)
                 + model.private_backward_flops(packed, device, start) + tasks * (head - head // 3))
     return int((1 + lookaheads) * forward + backward)
-
-
-# --------------------------------------------------------------------------- matrices and heatmaps
-
-def matrices(means: dict[str, float], tasks: Sequence[str], part: str = WHOLE) -> dict[str, np.ndarray]:
-    """{"affinity": Z, "cosine": C} as T x T arrays in `tasks`' order (row i, column j: Z(i -> j);
-    the diagonal NaN), from a dict of series means; NaN where a pair was not measured."""
-    index = {t: k for k, t in enumerate(tasks)}
-    out = {kind: np.full((len(tasks), len(tasks)), math.nan) for kind in (AFFINITY, COSINE)}
-    for name, value in means.items():
-        parsed = parse_name(name)
-        if parsed is None or parsed[1] != part or parsed[2] not in index or parsed[3] not in index:
-            continue
-        kind, _, a, b = parsed
-        out[kind][index[a], index[b]] = value
-        if kind == COSINE:
-            out[kind][index[b], index[a]] = value
-    return out
-
-
-def draw_heatmap(mats: dict[str, np.ndarray], path: Path, title: str, tasks: Sequence[str] | None = None) -> Path:
-    """Z and the cosines side by side, each cell printed; red helps/agrees, blue hurts/conflicts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = mats[AFFINITY].shape[0]
-    labels = list(tasks) if tasks is not None else [str(k) for k in range(size)]
-    fig, axes = plt.subplots(1, 2, figsize=(4 + 1.6 * size, 1.5 + 0.8 * size))
-    for ax, (kind, heading) in zip(axes, ((AFFINITY, "lookahead Z(row -> column)"), (COSINE, "gradient cosine"))):
-        mat = mats[kind]
-        bound = float(np.nanmax(np.abs(mat))) if np.isfinite(mat).any() else 1.0
-        image = ax.imshow(np.nan_to_num(mat), cmap="RdBu_r", vmin=-bound or -1, vmax=bound or 1)
-        for (r, c), v in np.ndenumerate(mat):
-            if not math.isnan(v):
-                ax.text(c, r, f"{v:.2g}", ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(size), labels, rotation=30)
-        ax.set_yticks(range(size), labels)
-        ax.set_title(heading, fontsize=9)
-        fig.colorbar(image, ax=ax, shrink=0.8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
