@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap, matrices,
-                                   series_name)
+                                   mean_over_epochs, series_name)
 from mtbert.train.state import capture_rng, restore_rng
 from mtbert.train.weighting.base import TaskGradients, task_gradients
 
@@ -205,11 +205,6 @@ class AffinityMeter:
         (folder / JSON_FILE).write_text(json.dumps(doc, indent=1))
         draw_heatmap(matrices(self.epochs[epoch], self.tasks), folder / f"epoch-{epoch}.png",
                      f"inter-task affinity, epoch {epoch}", self.tasks)
-
-
-def mean_over_epochs(epochs: dict[int, dict[str, float]]) -> dict[str, float]:
-    names = {n for m in epochs.values() for n in m}
-    return {n: float(np.mean([m[n] for m in epochs.values() if n in m])) for n in sorted(names)}
 
 
 def measure_flops(model, packed, device: torch.device, start: int, tasks: int, lookaheads: int) -> int:

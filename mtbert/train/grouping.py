@@ -69,6 +69,12 @@ def affinities(means: dict[str, float], part: str = WHOLE) -> Affinities:
     return out
 
 
+def mean_over_epochs(epochs: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Each series' mean over the epochs that measured it (TAG averages over training)."""
+    names = {n for m in epochs.values() for n in m}
+    return {n: float(np.mean([m[n] for m in epochs.values() if n in m])) for n in sorted(names)}
+
+
 def tasks_of(z: Affinities) -> list[str]:
     return list(dict.fromkeys(t for pair in z for t in pair))
 

@@ -107,9 +107,8 @@ def from_folder(folder: Path) -> Measured:
     if not path.is_file():
         raise SweepError(f"{folder}: no {FOLDER_FILE} (train with affinity.every_steps > 0 and --output)")
     doc = json.loads(path.read_text())
-    names = {n for m in doc["epochs"].values() for n in m}
-    rows = [{"variant": "", "seed": None, "run": str(folder), "name": n,
-             "value": float(pd.Series([m[n] for m in doc["epochs"].values() if n in m]).mean())} for n in sorted(names)]
+    means = gr.mean_over_epochs({int(e): m for e, m in doc["epochs"].items()})
+    rows = [{"variant": "", "seed": None, "run": str(folder), "name": n, "value": v} for n, v in means.items()]
     result = folder / "result.json"
     config = json.loads(result.read_text()).get("config", {}) if result.is_file() else {}
     return Measured(_frame(rows), doc["tasks"], config, folder.name)
