@@ -19,31 +19,39 @@ import yaml
 
 from mtbert.cli import main
 from mtbert.config import ConfigError, build_config
-from mtbert.tasks import TaskSpec, register_task
 from mtbert.train import grouping as gr
 from mtbert.train.loop import train
 from mtbert.train.state import STATE_FILE
 
 PLANTED = ("near", "close", "far")
-for _name in PLANTED:  # registering the same spec again is a no-op
-    register_task(TaskSpec(name=_name, kind="regression", label_range=(0.0, 1.0), metric_name=f"{_name}_corr",
-                           pair=True, description="a planted similarity task (tests/train/test_affinity.py)"))
+# The planted tasks as a `plugins:` module (a sweep's trials import it); registered here too.
+PLANTED_PLUGIN = """
+from mtbert.tasks import TaskSpec, register_task
+
+for name in ("near", "close", "far"):  # registering the same spec again is a no-op
+    register_task(TaskSpec(name=name, kind="regression", label_range=(0.0, 1.0), metric_name=f"{name}_corr",
+                           pair=True, description="a planted similarity task"))
+"""
+exec(PLANTED_PLUGIN)
 
 TINY = {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64}
 
 
-def planted(tmp: Path, **extra) -> dict:
+def planted_base(cache: Path) -> dict:
     """The planted case, every task at every step (tuple). The first measurements see the tasks
     agree on lowering every pair's cosine (a random encoder scores every pair alike, above the
     labels' mean); the conflict shows once that is learnt, so the second epoch is read."""
-    raw = {"tasks": list(PLANTED),
-           "model": {"name_or_path": "tiny", "tiny": TINY, "max_length": 32},
-           "data": {"synthetic": {"train_size": 160, "dev_size": 32, "mirrored": ["far"]}, "cache_dir": str(tmp)},
-           "pairs": {"encoding": "bi"}, "task_options": {t: {"head": "cosine"} for t in PLANTED},
-           "optim": {"lr": 2e-3}, "sampling": {"strategy": "tuple", "steps_per_epoch": 10},
-           "train": {"epochs": 2, "batch_size": 16, "device": "cpu"},
-           "affinity": {"every_steps": 5}}
-    return build_config(raw, extra)
+    return {"tasks": list(PLANTED),
+            "model": {"name_or_path": "tiny", "tiny": TINY, "max_length": 32},
+            "data": {"synthetic": {"train_size": 160, "dev_size": 32, "mirrored": ["far"]}, "cache_dir": str(cache)},
+            "pairs": {"encoding": "bi"}, "task_options": {t: {"head": "cosine"} for t in PLANTED},
+            "optim": {"lr": 2e-3}, "sampling": {"strategy": "tuple", "steps_per_epoch": 10},
+            "train": {"epochs": 2, "batch_size": 16, "device": "cpu"},
+            "affinity": {"every_steps": 5}}
+
+
+def planted(cache: Path, **extra) -> dict:
+    return build_config(planted_base(cache), extra)
 
 
 def read(folder: Path) -> dict:
