@@ -107,11 +107,12 @@ class AffinityMeter:
         try:
             held = held_batch(sizes, self.batch_size, self.seed, global_step)
             losses, packed = losses_of(held)
-            names = list(losses)
-            base = torch.stack([losses[t].detach().float() for t in names])
-            grads = task_gradients([losses[t] for t in names], shared)
-            if grads.flat is None:  # nothing trainable is shared: no affinity to measure
+            # A task that reaches nothing trainable (a cosine head on a frozen encoder) has no gradient.
+            names = [t for t, loss in losses.items() if loss.requires_grad]
+            grads = task_gradients([losses[t] for t in names], shared) if len(names) > 1 else None
+            if grads is None or grads.flat is None:  # nothing trainable is shared: no affinity to measure
                 return 0
+            base = torch.stack([losses[t].detach().float() for t in names])
             rates = lookahead_rates(optimizer, self.lookahead_lr)
             parts = shared_parts(model, grads.shared) if self.per_part else {WHOLE: {id(p) for p in grads.shared}}
             values = {}
@@ -134,7 +135,7 @@ class AffinityMeter:
         cos = cosines(grads.flat[:, columns.to(grads.flat.device)]).tolist()
         out = {series_name(COSINE, names[i], names[j], part): cos[i][j]
                for i, j in itertools.combinations(range(len(names)), 2)}
-        params = [(p, chunk) for p, chunk in zip(grads.shared, range(len(sizes))) if id(p) in ids]
+        params = [(p, k) for k, p in enumerate(grads.shared) if id(p) in ids]
         saved = [p.detach().clone() for p, _ in params]
         for i, source in enumerate(names):
             rows = grads.flat[i].split(sizes)

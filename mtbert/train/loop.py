@@ -430,9 +430,9 @@ class _Outputs:
         """The resumable state after `epoch` (the `last` one's slim for a reporter) to last/, or
         with the epoch's figures `m` to the reporter."""
         state = None
-        if self.dir is not None:  # the telemetry's series and the epoch's heatmap
-            run.affinity.write(self.dir / AFFINITY_FOLDER, epoch)
         with run.phase("checkpoint"):
+            if self.dir is not None:  # the affinity telemetry's series and the epoch's heatmap
+                run.affinity.write(self.dir / AFFINITY_FOLDER, epoch)
             if self.saves_state:
                 state = training_state(run.model, self.reference, run.optimizer, run.scheduler, run.weighting,
                                        ledger.history, ledger.timer.elapsed, epoch,
@@ -442,8 +442,8 @@ class _Outputs:
                 save_last(state, self.dir)
         if self.reporter is not None:
             # The summary rides every report: a trial its scheduler stops never returns. The step
-            # points ride the report, not the history: results and checkpoints stay as they were.
-            # The affinity telemetry's epoch means and points ride the report, not the history.
+            # points ride the report, not the history: results and checkpoints stay as they were;
+            # so do the affinity telemetry's epoch means and points.
             report = {**m, **run.affinity.epoch_means(epoch), figures.SUMMARY_KEY: summary,
                       figures.STEP_LOSSES: {**points.points, **run.affinity.epoch_points(epoch)},
                       figures.WHERE_KEY: self.where}
@@ -584,6 +584,7 @@ def _probe_config(cfg: Config) -> Config:
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
     probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache
+    probe.affinity.every_steps = 0  # the telemetry measures the run it asks about, not its probe
     return probe
 
 

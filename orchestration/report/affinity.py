@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,19 +73,40 @@ def from_sweep(uri: str, experiment: str, sweep: str | None = None, say=None) ->
 
 def sweep_rows(uri: str, experiment_id: str, parent) -> pd.DataFrame:
     """One row per finished trial and series (Measured.rows); empty when none measured any."""
-    runs = reader.child_runs(uri, experiment_id, parent.info.run_id, params=[], metrics=list(SERIES),
-                             tags=["variant", "seed"])
+    runs = reader.child_runs(uri, experiment_id, parent.info.run_id, params=[], tags=["variant", "seed"])
     runs = runs[runs["status"] == "FINISHED"]
     names = [c for c in runs.columns if c.startswith("metrics.") and c[len("metrics."):].startswith(SERIES)]
     if not names:  # no trial measured: no history to read
         return _frame([])
-    client, rows = reader.mlflow_client(uri), []
-    for _, r in runs.iterrows():
-        measured = [c[len("metrics."):] for c in names if pd.notna(r[c])]
-        rows += run_rows(client, r["run_id"], measured, r.get("tags.variant") or "", r.get("tags.seed"))
-    return _frame(rows)
+    keys = {r["run_id"]: [c[len("metrics."):] for c in names if pd.notna(r[c])] for _, r in runs.iterrows()}
+    means = series_means(uri, keys)
+    return _frame([{"variant": r.get("tags.variant") or "", "seed": r.get("tags.seed"), "run": r["run_id"],
+                    "name": key[len(EPOCH_PREFIX):], "value": means[(r["run_id"], key)]}
+                   for _, r in runs.iterrows() for key in keys[r["run_id"]] if (r["run_id"], key) in means])
 
 
+def series_means(uri: str, keys: dict[str, list[str]]) -> dict[tuple[str, str], float]:
+    """(run, key) -> the run's mean over its epochs of each key (the latest value per step, a
+    re-run epoch's): from a sqlite store's metrics table in one query, else through MLflow."""
+    if uri.startswith("sqlite:///"):
+        try:
+            con = reader.mlflow_sqlite(uri)
+            try:
+                runs = list(keys)
+                frame = pd.read_sql_query(
+                    f"SELECT run_uuid, key, step, value, timestamp FROM metrics WHERE run_uuid IN "
+                    f"({', '.join('?' * len(runs))}) AND ({' OR '.join(['substr(key, 1, ?) = ?'] * len(SERIES))})",
+                    con, params=(*runs, *(x for prefix in SERIES for x in (len(prefix), prefix))))
+            finally:
+                con.close()
+            latest = frame.sort_values("timestamp", kind="stable").drop_duplicates(["run_uuid", "key", "step"],
+                                                                                    keep="last")
+            return {k: float(v) for k, v in latest.groupby(["run_uuid", "key"])["value"].mean().items()}
+        except (sqlite3.Error, pd.errors.DatabaseError):
+            pass  # a schema the SQL reader does not know: the API
+    client = reader.mlflow_client(uri)
+    return {(run, key): epochs_mean(client.get_metric_history(run, key)) for run, names in keys.items()
+            for key in names}
 def sweep_measured(uri: str, experiment_id: str, parent) -> Measured:
     base = yaml.safe_load(reader.parent_artifact(uri, parent, "base_config.yaml") or "") or {}
     return Measured(sweep_rows(uri, experiment_id, parent), reader.sweep_tasks(parent.data.tags), base,
@@ -232,7 +254,7 @@ def render_suggestion(suggestion: Suggestion, measured: Measured) -> str:
     lines = [f"affinity Z(row -> column), mean over {measured.rows['run'].nunique()} run(s) of {measured.label}:",
              " " * width + "".join(f"{t:>{width - 1}} " for t in suggestion.tasks)]
     for i, t in enumerate(suggestion.tasks):
-        cells = "".join(f"{'-':>{width}}" if math.isnan(v) else f"{v:>+{width - 1}.3g} " for v in mats[gr.AFFINITY][i])
+        cells = "".join(f"{'-':>{width - 1}} " if math.isnan(v) else f"{v:>+{width - 1}.3g} " for v in mats[gr.AFFINITY][i])
         lines.append(f"{t:<{width}}{cells}")
     lines.append("best grouping per number of groups (TAG score: each task's mean affinity from its group):")
     lines += [f"  {k} group(s): {s:+.4g}  {gr.format_grouping(g)}" for k, (s, g) in suggestion.by_size.items()]
