@@ -106,6 +106,10 @@ class SyntheticData:
     train_size: int = 1200  # examples per task
     dev_size: int = 300
     seed: int = 0
+    # Tasks whose labels are mirrored (a class c becomes C-1-c, a score y becomes lo+hi-y): the
+    # same inputs and signal with the opposite answer, a planted conflict for a task that has no
+    # output layer of its own to absorb the sign (a cosine pair head; docs/affinity.md).
+    mirrored: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +131,8 @@ class DataConfig:
             check_size("data.synthetic.dev_size", self.synthetic.dev_size, MAX_EXAMPLES)
         if self.source == "cs224n" and not self.dir:
             raise ConfigError("data.dir: required when data.source is cs224n")
+        for t in self.synthetic.mirrored:
+            _check_task_key("data.synthetic.mirrored", t, tasks)
         if self.source == "synthetic" and self.files:
             t = next(iter(self.files))
             raise ConfigError(f"data.files.{t}: data.source is synthetic, which reads no files; "
@@ -297,6 +303,31 @@ class TaskOptions:
         check_size(f"task_options.{task}.max_length", self.max_length, MAX_TOKENS)
 
 
+@dataclass
+class AffinityConfig:
+    """Inter-task affinity telemetry (mtbert/train/affinity.py, docs/affinity.md): the cosine of
+    the task gradients on the shared parameters and TAG's lookahead affinity, measured on a held
+    batch per task; it never changes what the run trains."""
+    every_steps: int = 0  # measure every this many training steps (the run's global step); 0 = off
+    # eta of the lookahead step theta - eta grad L_i; null = each parameter's peak learning rate
+    # (its optimizer group's scheduled rate before warmup and decay: comparable across epochs).
+    lookahead_lr: float | None = None
+    batch_size: int | None = None  # examples per task in the held batch; null = train.batch_size
+    # Per shared part as well (the shared encoder, the shared head layers) where the model has
+    # both: T more lookahead forwards per part.
+    per_part: bool = True
+
+    def check(self, tasks: list[str]) -> None:
+        if self.every_steps < 0:
+            raise ConfigError(f"affinity.every_steps: must be >= 0 (0 = off), got {self.every_steps}")
+        if self.lookahead_lr is not None and not self.lookahead_lr > 0:
+            raise ConfigError(f"affinity.lookahead_lr: must be > 0 (or null for the optimizer's), "
+                              f"got {self.lookahead_lr}")
+        check_size("affinity.batch_size", self.batch_size, MAX_BATCH)
+        if self.every_steps and len(tasks) < 2:
+            raise ConfigError(f"affinity.every_steps: affinity is between tasks; tasks has one ({tasks[0]})")
+
+
 SEED_LIMIT = 2**32  # seeds are numpy's too, which must be below it
 
 
@@ -379,6 +410,7 @@ class Config:
     # task -> TaskOptions, e.g. {reviews: {max_length: 256}, sick: {head: cosine}}
     task_options: dict[str, TaskOptions] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
+    affinity: AffinityConfig = field(default_factory=AffinityConfig)
 
     def head_regime(self) -> list[str]:
         return self.sharing.regime()
@@ -964,3 +996,4 @@ def validate(cfg: Config) -> None:
     cfg.model.check()
     cfg.sampling.check(cfg)
     cfg.data.check(cfg.tasks)
+    cfg.affinity.check(cfg.tasks)

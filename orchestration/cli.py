@@ -1,5 +1,5 @@
-"""`mtbert sweep run|resume`, `mtbert leaderboard`, `mtbert importance`, `mtbert best` and `mtbert
-findings`, registered into mtbert's CLI."""
+"""`mtbert sweep run|resume`, `mtbert leaderboard`, `mtbert importance`, `mtbert best`, `mtbert
+findings` and `mtbert affinity`, registered into mtbert's CLI."""
 from __future__ import annotations
 
 import argparse
@@ -215,6 +215,27 @@ def cmd_findings(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_affinity(args: argparse.Namespace) -> int:
+    from orchestration.report import affinity as aff
+
+    folder = Path(args.source).is_dir()
+    label = Path(args.source).name if folder else args.source
+    fragment = Path(args.output or Path("runs") / f"{label}-grouping.yaml")
+    plot = Path(args.plot or fragment.with_suffix(".png"))
+    _check_outputs((fragment, "--output"), (plot, "--plot"))
+    if folder:
+        measured = aff.from_folder(Path(args.source))
+    else:
+        chose: list[str] = []
+        measured = aff.from_source(reading_store(args.tracking_uri), args.source, args.experiment, say=chose.append)
+        _said(chose)
+    suggestion = aff.suggest(measured, args.variant)
+    sys.stdout.write(aff.render_suggestion(suggestion, measured))
+    _write(aff.fragment(suggestion, measured, fragment.stem, label), str(fragment), "the suggested grouping's sweep")
+    print(f"heatmap: {aff.plot_mean(suggestion, measured, plot)}", file=sys.stderr)
+    return 0
+
+
 def _ray_options(p: argparse.ArgumentParser, dashboard: str = "") -> None:
     p.add_argument("--address", help="join this Ray cluster (default: $RAY_ADDRESS, else a local Ray)" + dashboard)
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
@@ -310,7 +331,7 @@ def _add_sweep_resume(sweep_sub: argparse._SubParsersAction) -> None:
 
 
 def _add_reading(subparsers: argparse._SubParsersAction) -> None:
-    """leaderboard, importance, best and findings: the commands that read a store."""
+    """leaderboard, importance, best, findings and affinity: the commands that read a store."""
     from orchestration.report.export import FORMATS, MARKDOWN_FORMATS  # light: no pandas, no MLflow
 
     board = subparsers.add_parser("leaderboard", help="a sweep as the papers' table")
@@ -350,6 +371,17 @@ def _add_reading(subparsers: argparse._SubParsersAction) -> None:
                        "its m claims at 5%%/m); claim: each verdict on its own at 5%% (default: the sweep files' "
                        "`verdicts.error_rate`, family unless they say otherwise)")
     found.set_defaults(func=cmd_findings)
+
+    aff = subparsers.add_parser("affinity", help="the inter-task affinities a run or sweep measured "
+                                "(affinity.every_steps), a suggested grouping of the tasks and a sweep that trains it")
+    aff.add_argument("source", help="a `mtbert train --output` folder, an MLflow run id (a sweep's parent run or "
+                     "one trial's), or a sweep's name (with --experiment; alone: an experiment, its latest sweep)")
+    aff.add_argument("--experiment", help="the MLflow experiment of a sweep named by its name")
+    aff.add_argument("--variant", help="read this configuration's trials only (default: every trial of the sweep)")
+    aff.add_argument("--output", help="the sweep fragment YAML (default: runs/<source>-grouping.yaml)")
+    aff.add_argument("--plot", help="heatmap of the mean affinities (default: next to the fragment, .png)")
+    aff.add_argument("--tracking-uri", help=STORE_HELP)
+    aff.set_defaults(func=cmd_affinity)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

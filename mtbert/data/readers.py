@@ -295,8 +295,9 @@ def _synthetic_splits(cfg: Config, task: TaskSpec) -> tuple[list[Example], list[
         if value <= 0:
             raise DataError(f"data.synthetic.{key}: must be > 0, got {value}")
     # Separate seed streams per task and split: dev never replays train's draws.
-    return (make_synthetic(task, syn.train_size, _stable_seed("train", task.name, syn.seed)),
-            make_synthetic(task, syn.dev_size, _stable_seed("dev", task.name, syn.seed)))
+    mirrored = task.name in syn.mirrored
+    return (make_synthetic(task, syn.train_size, _stable_seed("train", task.name, syn.seed), mirrored),
+            make_synthetic(task, syn.dev_size, _stable_seed("dev", task.name, syn.seed), mirrored))
 
 
 def split_file(cfg: Config, task: TaskSpec, split: str) -> tuple[Path, str, ColumnMap | None, str]:

@@ -69,11 +69,24 @@ def vocabulary() -> list[str]:
     return sorted(set(FILLER) | {w for ws in POLARITY.values() for w in ws})
 
 
-def make_synthetic(task: TaskSpec, n: int, seed: int) -> list[Example]:
-    """`n` examples for `task`, identical for identical (task kind/shape, n, seed)."""
+def make_synthetic(task: TaskSpec, n: int, seed: int, mirrored: bool = False) -> list[Example]:
+    """`n` examples for `task`, identical for identical (task kind/shape, n, seed). `mirrored`:
+    the same examples with each label mirrored within its range (a planted conflicting task)."""
     rng = random.Random(seed)
     make = _pair_example if task.pair else _single_example
-    return [make(task, rng) for _ in range(n)]
+    examples = [make(task, rng) for _ in range(n)]
+    if mirrored:
+        examples = [Example(e.text, e.text2, mirror_label(task, e.label)) for e in examples]
+    return examples
+
+
+def mirror_label(task: TaskSpec, label: float | int) -> float | int:
+    """The label at the other end of the task's range: class C-1-c, score lo+hi-y."""
+    if task.kind == "regression":
+        lo, hi = task.label_range
+        return round(lo + hi - label, 3)
+    classes = task.num_classes if task.kind == "multiclass" else 2
+    return classes - 1 - label
 
 
 # --------------------------------------------------------------------------- single sentence

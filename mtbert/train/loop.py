@@ -40,6 +40,8 @@ from mtbert.train.frozen import FrozenCache, estimate_mb
 from mtbert.train.frozen import usable as frozen_usable
 from mtbert.train.metrics import overall
 from mtbert.train import precision
+from mtbert.train.affinity import FOLDER as AFFINITY_FOLDER
+from mtbert.train.affinity import AffinityMeter
 from mtbert.train.precision import autocast_for
 from mtbert.train.state import (MID, MID_DIR, CHECKPOINT_STATE, config_digest, load_state_into, read_mid, read_state,
                                 report_epoch, restore_rng, save_last, save_mid, take_best, training_state)
@@ -306,6 +308,7 @@ class _Run:
     n_steps: int  # steps per epoch
     size: dict  # model_size_mb, params_total, params_trainable: the same every epoch
     truncated: dict  # trunc_rows_<task>, trunc_tokens_<task>: the same every epoch
+    affinity: AffinityMeter  # affinity.every_steps: the inter-task affinity telemetry (train/affinity.py)
 
     @property
     def start(self) -> int:
@@ -377,7 +380,7 @@ def _setup(cfg: Config, prepared: Prepared | None, log, probe: bool) -> tuple[_R
     n_steps = steps_per_epoch(cfg, sizes)
     scheduler = make_lr_schedule(optimizer, cfg, math.ceil(n_steps / cfg.train.grad_accum) * cfg.train.epochs)
     return _Run(cfg, device, autocast, phase, prepared, pad_id, model, cache, cache_s, weighting, optimizer,
-                scheduler, shared, sizes, n_steps, size, _truncated(prepared)), probed
+                scheduler, shared, sizes, n_steps, size, _truncated(prepared), AffinityMeter.of(cfg)), probed
 
 
 def _truncated(prepared: Prepared) -> dict[str, float]:
@@ -416,6 +419,7 @@ def _resume(run: _Run, state: dict, path: Path, resume_from: str | Path | None,
     checkpoint resumed from as output_dir's (a mid-epoch state's best is its epochs', that one).
     Returns the ledger and the generators' states to put back before the first step."""
     load_state_into(state, path, run.model, run.optimizer, run.scheduler, run.weighting, run.cfg.model.name_or_path)
+    run.affinity.load_state_dict(state.get("affinity"))
     kept = Path(resume_from) / "best" if resume_from is not None else None
     if output_dir is not None and kept is not None and kept.is_dir():
         take_best(kept, Path(output_dir) / "best")
@@ -462,16 +466,21 @@ class _Outputs:
         with the epoch's figures `m` to the reporter."""
         state = None
         with run.phase("checkpoint"):
+            if self.dir is not None:  # the affinity telemetry's series and the epoch's heatmap
+                run.affinity.write(self.dir / AFFINITY_FOLDER, epoch)
             if self.saves_state:
                 state = training_state(run.model, self.reference, run.optimizer, run.scheduler, run.weighting,
                                        ledger.history, ledger.timer.elapsed, epoch,
                                        final=last and self.reporter is not None)
+                state["affinity"] = run.affinity.state_dict()
             if self.dir is not None and state is not None and self.reporter is None:
                 save_last(state, self.dir)
         if self.reporter is not None:
             # The summary rides every report: a trial its scheduler stops never returns. The step
-            # points ride the report, not the history: results and checkpoints stay as they were.
-            report = {**m, figures.SUMMARY_KEY: summary, figures.STEP_LOSSES: points.points,
+            # points ride the report, not the history: results and checkpoints stay as they were;
+            # so do the affinity telemetry's epoch means and points.
+            report = {**m, **run.affinity.epoch_means(epoch), figures.SUMMARY_KEY: summary,
+                      figures.STEP_LOSSES: {**points.points, **run.affinity.epoch_points(epoch)},
                       figures.WHERE_KEY: self.where}
             if self.mid_dir is not None:
                 # The epoch's checkpoint supersedes it; gone before the report, in which a
@@ -496,6 +505,7 @@ class _Outputs:
             state[MID] = {"epoch": epoch, "step": step, "config": self.digest, "flops": ledger.flops,
                           "setup_flops": ledger.setup_flops, "start_from": ledger.start_from, "start": list(start),
                           "tally": tally.state(), "points": points.state()}
+            state["affinity"] = run.affinity.state_dict()
             save_mid(state, self.mid_dir)
         self.saved_at = time.monotonic()
 
@@ -510,6 +520,7 @@ def _epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs | Non
     time0, flops0 = mid["start"] if mid else (ledger.timer.elapsed, ledger.flops)
     tally, points = _train_epoch(run, ledger, epoch, progress, out, mid, (time0, flops0))
     seconds = ledger.timer.elapsed - time0
+    run.affinity.end_epoch(epoch)
     with run.phase("eval"):
         scores = evaluate(run.model, run.prepared.dev, run.cfg, run.device, run.pad_id, run.autocast, run.cache)
     mean_loss, mean_weight, trained = tally.means()
@@ -612,6 +623,10 @@ def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs
             ledger.flops += (run.model.step_flops(packed, device, run.start)
                              + run.weighting.extra_flops(run.model, packed, device, run.start))
             tally.add(cfg.tasks, batches, raws, step_weights)
+            if run.affinity.due(points.before + step):  # its cost counts: its FLOPs join the run's
+                ledger.flops += run.affinity.measure(run.model, run.shared, run.optimizer, run.sizes,
+                                                     functools.partial(_held_losses, run), epoch,
+                                                     points.before + step, device, run.start)
             recent.append((step, losses, step_tasks))
             points.step(step, tally.loss_sum, tally.loss_cnt)
             if step % check_every == 0 or step == len(schedule):
@@ -654,6 +669,7 @@ def _probe_config(cfg: Config) -> Config:
     probe.sampling.steps_per_epoch, probe.train.epochs, probe.train.patience = None, 1, None
     probe.optim.schedule, probe.optim.warmup, probe.train.save_checkpoint = "constant", 0.0, False
     probe.loss.smart.weight = 0.0  # a linear probe: SMART's perturbed passes would also defeat the cache
+    probe.affinity.every_steps = 0  # the telemetry measures the run it asks about, not its probe
     return probe
 
 
@@ -722,6 +738,15 @@ def train_step(model: MultitaskModel, batches: list[Batch], idx_of, weighting: W
         step_weights = weighting.backward({t: l * scale for t, l in losses.items()} if scale != 1.0 else losses,
                                           shared)
     return torch.stack([l.detach() for l in losses.values()]), raws, step_weights, packed
+
+
+def _held_losses(run: _Run, held: dict[str, list[int]]) -> tuple[dict[str, torch.Tensor], Packed]:
+    """Each task's loss on its training rows `held[task]`, in one packed forward: the affinity
+    telemetry's held batch (mtbert/train/affinity.py)."""
+    batches = [_batch(run.prepared.train[t], idx, run.pad_id, run.cache) for t, idx in held.items()]
+    with run.autocast():
+        out, packed = _forward(run.model, batches, list(held.values()), run.cache, "train", run.device)
+    return {b.task: get_task(b.task).loss(out[b.task].float(), b.labels.to(run.device)) for b in batches}, packed
 
 
 def _update(model: MultitaskModel, optimizer, scheduler, cfg: Config) -> None:

@@ -10,10 +10,12 @@
     verdicts.py     the verdicts as a library on plain data (no MLflow, no Ray): intervals,
                     decide, diverged runs, a family's error rate, the adaptive seed rule
     best.py         the best configuration and its model's names: `mtbert best`
+    affinity.py     the inter-task affinities the trials measured (a leaderboard section) and
+                    `mtbert affinity`: a suggested grouping of the tasks and its sweep
 
 Reads sweep/ (claims, labels) and track/ (the best configuration); never the run loop. Within
 report/, imports point one way and name no private (_) name of another module: reader, export
 and verdicts import none of report/; table reads those three, plots reads table, importance
-reads all of these, leaderboard importance too; findings reads reader, export and verdicts,
-best reads reader.
+reads all of these, leaderboard importance and affinity too; findings reads reader, export and
+verdicts, best reads reader, affinity reader and export.
 """

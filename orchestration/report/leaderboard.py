@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from orchestration.errors import SweepError
-from orchestration.report import export, importance as imp, reader
+from orchestration.report import affinity as aff, export, importance as imp, reader
 from orchestration.report.plots import plot_pareto
 from orchestration.report.table import build_table, export_table, sort_table, table_keys
 
@@ -31,19 +31,25 @@ PARETO_ARTIFACT = "pareto.png"  # the parent run's one Pareto plot
 
 
 def render(table: pd.DataFrame, fmt: str, importance: pd.DataFrame | None = None,
-           columns: Sequence[str] | None = None, title: str = "") -> str:
+           columns: Sequence[str] | None = None, title: str = "", affinity: pd.DataFrame | None = None) -> str:
     """The table in `fmt` (its `columns`, default_columns when None); md, latex and html follow
-    it with the importance table when given (csv stays one table: the importance is a csv of
-    its own, importance.render). `title` names the sweep in a LaTeX comment and the HTML page."""
+    it with the importance table when given, then the inter-task affinity table (csv stays one
+    table: the importance is a csv of its own, importance.render). `title` names the sweep in a
+    LaTeX comment and the HTML page."""
     def tables() -> list[export.Table]:
         found = [export_table(table, columns, fmt)]
         if importance is not None and not importance.empty:
             found.append(imp.export_table(importance))
+        if affinity is not None and fmt != "md":
+            found.append(aff.export_table(affinity))
         return found
 
     title = f"mtbert leaderboard: {title}" if title else "mtbert leaderboard"
     # The table itself is the csv: machines get the numbers, not the formatted cells.
-    return export.render(fmt, export.Document(title, table, tables, f"\n**{imp.IMPORTANCE_HEADING}**\n\n"))
+    text = export.render(fmt, export.Document(title, table, tables, f"\n**{imp.IMPORTANCE_HEADING}**\n\n"))
+    if affinity is not None and fmt == "md":  # under a heading of its own
+        text += f"\n**{aff.HEADING}**\n\n" + export.markdown(aff.export_table(affinity))
+    return text
 
 
 def log_leaderboard(tracking) -> bool:
@@ -58,9 +64,10 @@ def log_leaderboard(tracking) -> bool:
     if table.empty:
         return False
     importance, _ = imp.stored(tracking.uri, parent, table)
+    affinity = aff.section(tracking.uri, tracking.experiment_id, parent)
     with tempfile.TemporaryDirectory() as tmp:
         plot_pareto(table, Path(tmp) / PARETO_ARTIFACT, title=parent.info.run_name)
-        (Path(tmp) / "leaderboard.md").write_text(render(table, "md", importance))
+        (Path(tmp) / "leaderboard.md").write_text(render(table, "md", importance, affinity=affinity))
         (Path(tmp) / "leaderboard.csv").write_text(render(table, "csv"))
         for name in (PARETO_ARTIFACT, "leaderboard.md", "leaderboard.csv"):
             tracking.client.log_artifact(tracking.parent_run_id, str(Path(tmp) / name))
@@ -81,8 +88,9 @@ def leaderboard(uri: str, experiment: str, sweep: str | None = None, fmt: str = 
     if table.empty:
         raise SweepError(f"sweep {parent.info.run_name} ({parent.info.run_id}) has no finished trials yet")
     importance, _ = imp.stored(uri, parent, table)
+    affinity = aff.section(uri, experiment_id, parent)
     # Rendered first: a --columns typo is one line before any file is written.
-    text = render(table, fmt, importance, columns, title=parent.info.run_name)
+    text = render(table, fmt, importance, columns, title=parent.info.run_name, affinity=affinity)
     if plot is not None:
         path = plot_pareto(table, plot, title=parent.info.run_name)
         # Under the sweep's own name for it: each export replaces the one plot the parent holds.

@@ -197,6 +197,16 @@ def report_figures(result: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in result.items() if k not in TUNE_KEYS and _is_number(v)}
 
 
+def _log_affinity(client, run_id: str, trial_folder: Path) -> None:
+    """affinity.every_steps: the telemetry's affinity.json and heatmap per epoch, which train()
+    writes into its output folder (the trial folder's output/, orchestration/run/trainable.py)."""
+    from mtbert.train.grouping import FOLDER
+
+    folder = trial_folder / "output" / FOLDER
+    if folder.is_dir():
+        client.log_artifacts(run_id, str(folder), FOLDER)
+
+
 def final_figures(history: dict[int, dict[str, float]], metric_names: list[str] | None = None) -> dict[str, float]:
     """A trial's summary of its reported epochs by each figure's own rule (mtbert.figures):
     for a report that carried none (train() sends its own with every report, which wins).
@@ -851,6 +861,7 @@ class SweepTracking:
                 client.log_text(run_id, result, "result.json")
             if log and Path(log).is_file():
                 client.log_artifact(run_id, log)
+                _log_affinity(client, run_id, Path(log).parent)
         if status != sent.get("status"):
             _set_status(client, run_id, status)
         with record.lock:  # an epoch run again during this sync is sent by the next one
