@@ -21,7 +21,7 @@ from mtbert.cli import main
 from mtbert.config import ConfigError, build_config
 from mtbert.train import grouping as gr
 from mtbert.train.loop import train
-from mtbert.train.state import STATE_FILE
+from mtbert.train.state import CHECKPOINT_STATE
 
 PLANTED = ("near", "close", "far")
 # The planted tasks as a `plugins:` module (a sweep's trials import it); registered here too.
@@ -146,7 +146,7 @@ def test_resume_keeps_the_series_exact(tmp_path):
 
     with pytest.raises(Stop):
         train(cfg, reporter=stop_after_first, output_dir=tmp_path / "resumed", log=None)
-    assert torch.load(kept / STATE_FILE, weights_only=False)["affinity"]["epochs"]  # it rides the checkpoint
+    assert torch.load(kept / CHECKPOINT_STATE, weights_only=False)["affinity"]["epochs"]  # it rides the checkpoint
     train(cfg, reporter=lambda m, c: reports.append(m), output_dir=tmp_path / "resumed", resume_from=kept, log=None)
 
     def series(report: dict) -> dict:

@@ -111,3 +111,15 @@ def test_cli_output_run_stopped_mid_epoch_resumes_exactly(cfg, tmp_path):
 def test_the_interval_is_checked_at_load():
     with pytest.raises(ConfigError, match=r"train\.checkpoint_every_s: must be a number of seconds >= 0"):
         build_config({}, {"train.checkpoint_every_s": -5})
+
+
+def test_the_affinity_series_continue_exactly_from_a_mid_epoch_state(tmp_path):
+    # The telemetry's points of the epoch so far ride the mid-epoch state: the resumed epoch
+    # reports the very series an uninterrupted one does.
+    cfg = build_config({}, {**EVERY_STEP, "data.cache_dir": str(tmp_path / "cache"), "affinity.every_steps": 2})
+    whole = reports(cfg, tmp_path / "straight")[0]
+    _, _, kept = reports(cfg, tmp_path / "out", progress=StopAt(2, 5))
+    second, _, _ = reports(cfg, tmp_path / "out", resume_from=kept)
+    series = lambda r: {k: v for k, v in r[names.STEP_LOSSES].items() if k.startswith(("affinity/", "cosine/"))}
+    assert series(whole[1]) and series(second[0]) == series(whole[1])
+    assert same(second[0], whole[1])
