@@ -11,6 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from orchestration.run import launch
 
+from tests.train.test_frozen_prefix import count_layer_rows
+
 from .conftest import write_sweep
 
 pytestmark = pytest.mark.slow
@@ -131,28 +133,15 @@ def test_a_sweeps_setups_compute_their_shared_frozen_layers_once(tmp_path, monke
     """Two setups of one sweep, the bottom layer of two frozen and the whole encoder frozen:
     the driver runs the bottom layer once for both, and each trial trains what it trains on
     a cache of its own."""
-    import weakref
-    from collections import Counter
-
     import torch
 
     from mtbert.config import build_config
-    from mtbert.model.multitask import MultitaskModel
     from mtbert.train.loop import train
     from orchestration.sweep.load import load_sweep
     from orchestration.sweep.plan import Planner
 
     monkeypatch.chdir(tmp_path)
-    rows, hooked, real = Counter(), weakref.WeakSet(), MultitaskModel.layer
-
-    def layer(self, i):  # the driver's layer calls, by layer: the trials run in Ray's workers
-        module = real(self, i)
-        if module not in hooked:
-            hooked.add(module)
-            module.register_forward_pre_hook(lambda _m, args, i=i: rows.update({i: args[0].shape[0]}))
-        return module
-
-    monkeypatch.setattr(MultitaskModel, "layer", layer)
+    rows = count_layer_rows(monkeypatch)  # the driver's: the trials run in Ray's workers
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     path = write_sweep(tmp_path / "s.yaml", base={"train": {"epochs": 1, "frozen_cache_mb": 64}},
                        space={"freeze.layers": [1, -1]}, seeds=[0],
