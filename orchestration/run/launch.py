@@ -62,6 +62,7 @@ class SweepOutcome:
     finished: int = 0
     stopped_early: int = 0
     failed: int = 0
+    diverged: int = 0  # runs that failed to train (tracking.diverged_reason): a finding, not a failure
     wall_s: float = 0.0
     trial_time_s: float = 0.0  # summed wall time of the trial functions (Tune's time_total_s)
     train_time_s: float = 0.0  # summed training-step time (train()'s train_time_s)
@@ -931,10 +932,23 @@ def _close(tracking: SweepTracking, results, status: str, log: Callable[[str], N
             log(f"warning: {what} failed: {first_line(exc, 200)}")
 
 
+def diverged_runs(runs: list) -> list:
+    """The runs that failed to train: their loss went non-finite (FAILED, tagged `diverged`).
+    A seed that diverges is what its configuration does, a result the leaderboard and the
+    verdicts count, not a fault of the sweep."""
+    return [r for r in runs if r.info.status == "FAILED" and r.data.tags.get("diverged")]
+
+
+def failed_runs(runs: list) -> list:
+    """The runs that failed for any other reason (an error, a crash): the sweep's faults."""
+    return [r for r in runs if r.info.status == "FAILED" and not r.data.tags.get("diverged")]
+
+
 def parent_status(status: str, runs: list) -> str:
     """The parent run's end state: a sweep that ran to its end with a failed trial says so
-    (FAILED), as its exit status does; an interrupted one stays KILLED."""
-    if status == "FINISHED" and any(r.info.status == "FAILED" for r in runs):
+    (FAILED), as its exit status does (a diverged one does not: diverged_runs); an
+    interrupted one stays KILLED."""
+    if status == "FINISHED" and failed_runs(runs):
         return "FAILED"
     return status
 
@@ -1006,10 +1020,11 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
     from orchestration.report.best import best_summary
 
     finished = [r for r in runs if r.info.status == "FINISHED"]
-    failed = sum(r.info.status == "FAILED" for r in runs)
+    failed, diverged = len(failed_runs(runs)), len(diverged_runs(runs))
     metrics = {"trials": float(len(runs)), "trials_finished": float(len(finished)),
                "trials_stopped_early": float(sum(r.data.tags.get("stopped_early") == "true" for r in finished)),
-               "trials_failed": float(failed), "trials_interrupted": float(len(runs) - len(finished) - failed)}
+               "trials_failed": float(failed), "trials_diverged": float(diverged),
+               "trials_interrupted": float(len(runs) - len(finished) - failed - diverged)}
     tags = {}
     best = best_summary(runs)
     if best:
@@ -1059,7 +1074,7 @@ def _outcome(tracking: SweepTracking, results, run_name: str, run_dir: Path, exp
     finished = [r for r in runs if r.info.status == "FINISHED"]
     return SweepOutcome(
         run_name, str(run_dir), tracking.uri, experiment, tracking.parent_run_id, status,
-        trials=len(runs), finished=len(finished), failed=sum(r.info.status == "FAILED" for r in runs),
+        trials=len(runs), finished=len(finished), failed=len(failed_runs(runs)), diverged=len(diverged_runs(runs)),
         stopped_early=sum(r.data.tags.get("stopped_early") == "true" for r in finished),
         trial_time_s=0.0 if results is None else sum(float((r.metrics or {}).get("time_total_s", 0.0))
                                                      for r in results),
@@ -1081,7 +1096,8 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
             best = f"; best overall {o.best['overall']:.4f} ({o.best['trial_key']}{tm})"
     minutes, seconds = divmod(int(o.wall_s), 60)
     log(f"sweep {o.name} {o.status} in {minutes}m{seconds:02d}s: {o.trials} trials, {o.finished} finished "
-        f"({o.stopped_early} stopped early), {o.failed} failed{best}")
+        f"({o.stopped_early} stopped early), " + (f"{o.diverged} diverged, " if o.diverged else "")
+        + f"{o.failed} failed{best}")
     if o.setup:  # the parent run's setup_*_s: before the first trial, in no trial's time nor budget.hours
         parts = ", ".join(f"{k.removeprefix('setup_').removesuffix('_s').replace('_', ' ')} {v:.1f}s"
                           for k, v in o.setup.items() if k != SETUP_TIME)

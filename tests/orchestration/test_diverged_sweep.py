@@ -36,12 +36,17 @@ def test_a_diverging_configuration_is_a_finding_everywhere(tmp_path):
     proc = run_cli(["sweep", "run", str(path), "--num-cpus", "2", "--tracking-uri", uri,
                     "--storage", str(tmp_path / "runs")], cwd=tmp_path, timeout=500)
     out = proc.stdout
+    # Diverged seeds are the sweep's finding, not its fault: it finished, and exits 0.
+    assert proc.returncode == 0 and f"{SEEDS} diverged, 0 failed" in out, out[-3000:] + proc.stderr[-3000:]
     assert "claim the high rate diverges more often: holds" in out, out[-3000:] + proc.stderr[-3000:]
     assert f"claim the high rate scores higher: not run, A − B –, n=0; A {SEEDS} of {SEEDS} diverged" in out, out
 
     # MLflow: each seed's run says why; the configuration's run counts them.
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("blowup").experiment_id
+    [parent] = client.search_runs([experiment], "tags.role = 'sweep'")
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_diverged"] == SEEDS
+    assert parent.data.metrics["trials_failed"] == 0
     runs = client.search_runs([experiment], "tags.role != 'sweep'")
     seeds = [r for r in runs if "trial_key" in r.data.tags]
     gone = [r for r in seeds if r.data.tags["variant"] == "p000"]
