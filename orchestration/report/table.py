@@ -275,7 +275,8 @@ def build_table(runs: pd.DataFrame, parent_tags: dict[str, str]) -> pd.DataFrame
     deltas = _paired_deltas(pd.concat([done, gone]), DELTA_METRIC, design).reindex(table["variant"])
     delta_columns = [DELTA_COLUMN, *(f"{DELTA_COLUMN}_{part}" for part in DELTA_PARTS[1:])]
     table[delta_columns] = deltas[list(DELTA_PARTS)].values
-    table.loc[table["role"] == "baseline", delta_columns] = math.nan
+    # No Δ for the baseline, nor for a single-task row: its overall is one task's score.
+    table.loc[table["role"].isin(["baseline", SINGLE_TASK]), delta_columns] = math.nan
     table["status"] = "finished"
     table["reason"] = ""
     table[STANDS_FOR] = grouped[STANDS_FOR].first().values
@@ -430,7 +431,8 @@ def _cell(r: dict, c: Column) -> Cell:
         low, high = r.get(f"{c.key}_min", median), r.get(f"{c.key}_max", median)
         return Cell(f"{median:g}", "" if pd.isna(low) or low == high else f"({low:g}–{high:g})")
     half = r.get(f"{c.key}_ci95", math.nan)
-    return Cell(f"{value:{c.fmt}}", "" if int(r["n"]) < 2 or pd.isna(half) else f"± {half:{c.fmt}}")
+    # A half-width has no sign, even in a column of signed figures (Δm%).
+    return Cell(f"{value:{c.fmt}}", "" if int(r["n"]) < 2 or pd.isna(half) else f"± {half:{c.fmt.lstrip('+')}}")
 
 
 def delta_cell(centre: float, low: float, high: float, n: float, alpha: float, fmt: str = DELTA.fmt) -> Cell:

@@ -82,6 +82,12 @@ def test_a_sweep_logs_delta_m_against_its_single_task_runs(tmp_path, monkeypatch
     assert main(["leaderboard", "--experiment", "single", "--tracking-uri", uri]) == 0
     text = capsys.readouterr().out
     assert "| Δm% |" in text and "| frozen reference |" in text and "| single-task sst |" in text, text
+    # A single-task row's overall is one task's score: no Δ against the three-task baseline;
+    # and a half-width has no sign.
+    header = [c.strip() for c in next(line for line in text.splitlines() if "| Δm% |" in line).split("|")]
+    row = next(line for line in text.splitlines() if line.startswith("| single-task sst |")).split("|")
+    assert row[header.index("Δ overall vs *")].strip() == "–", row
+    assert "± +" not in text and "± -" not in text, text
     assert main(["best", "--experiment", "single", "--tracking-uri", uri]) == 0
     best = [line for line in capsys.readouterr().out.splitlines() if "best configuration" in line]
     assert best and "single-" not in best[0], best
