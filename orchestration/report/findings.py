@@ -325,6 +325,21 @@ def render(table: pd.DataFrame, fmt: str = "md") -> str:
     return export.render(fmt, export.Document("mtbert findings", table, lambda: [export_table(table)]))
 
 
+def _with_logged_looks(uri: str, claims: list[Claim]) -> list[Claim]:
+    """A sweep file's claims with the looks their sweep logged, where it extended them: a sweep
+    given more seeds (`sweep resume NAME --seeds-max N`) is judged on looks 3..12..N, which only
+    its parent run's claims.json records; the file still says 3..12."""
+    try:
+        logged = {(c.experiment, c.name): c.looks for c in logged_claims(uri, sorted({c.experiment for c in claims
+                                                                                       if c.experiment}) or None)}
+    except SweepError:  # no sweep logged claims: the file's looks are all there is
+        return claims
+    extended = lambda mine, theirs: bool(mine and theirs and len(theirs) > len(mine)  # noqa: E731
+                                         and theirs[0] == mine[0] and theirs[-2] == mine[-1])
+    return [dataclasses.replace(c, looks=logged[(c.experiment, c.name)])
+            if extended(c.looks, logged.get((c.experiment, c.name))) else c for c in claims]
+
+
 def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
              claims: list[Claim] | None = None, error_rate: str | None = None) -> tuple[str, pd.DataFrame]:
     """The table of `claims` (None: those the store's sweeps logged) over the store's runs;
@@ -333,5 +348,6 @@ def findings(uri: str, experiments: list[str] | None = None, fmt: str = "md",
         claims = logged_claims(uri, experiments)
     else:
         _check_claimed_experiments(uri, claims)
+        claims = _with_logged_looks(uri, claims)
     table = judge_claims(read_runs(uri, experiments), claims, error_rate)
     return render(table, fmt), table

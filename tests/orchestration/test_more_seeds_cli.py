@@ -67,3 +67,6 @@ def test_more_seeds_train_only_the_new_trials(tmp_path):
     findings = run_cli(["findings", "--tracking-uri", uri], cwd=tmp_path)
     assert findings.returncode == 0 and "(n=3, sequential 2..2..3)" in findings.stdout, findings.stderr
     assert '"f..m..l": given more seeds' in findings.stdout
+    # Named by its sweep file (whose claims say 2..2), the extended looks are still the ones judged.
+    by_file = run_cli(["findings", str(path), "--tracking-uri", uri], cwd=tmp_path)
+    assert by_file.returncode == 0 and "(n=3, sequential 2..2..3)" in by_file.stdout, by_file.stdout + by_file.stderr
