@@ -60,7 +60,7 @@ import pandas as pd
 from orchestration.errors import SweepError
 from orchestration.report import export, plots, reader
 from orchestration.report.export import Cell
-from orchestration.report.table import figure_label, headline_tm, table_keys
+from orchestration.report.table import DELTA_M, figure_label, headline_tm, table_keys
 from orchestration.sweep.labels import STANDS_FOR, parse_param
 from orchestration.sweep.space import POINTS_TAG
 
@@ -95,7 +95,7 @@ def importance_keys(parent_tags: dict[str, str]) -> tuple[list[str], list[str], 
     """(params, metrics, tags) of the child runs the importance reads (reader.child_runs)."""
     keys = _space_keys(parent_tags)
     params = [*keys, *(["loss.weights."] if "loss.weights" in keys else [])]
-    metrics = [*figures(parent_tags, "tm_relative_score"), "tm_relative_score_compute"]
+    metrics = [*figures(parent_tags, "tm_relative_score"), "tm_relative_score_compute", DELTA_M]
     return params, metrics, ["variant", "role", "seed", STANDS_FOR]
 
 
@@ -205,6 +205,8 @@ def points(runs: pd.DataFrame, parent_tags: dict[str, str], tm: str,
     keep = (col(runs, "status") == "FINISHED") & eligible(col(runs, "tags.role"), col(runs, f"tags.{STANDS_FOR}"))
     done = runs[keep]
     names = figures(parent_tags, tm)
+    if pd.to_numeric(col(runs, f"metrics.{DELTA_M}")[keep], errors="coerce").notna().any():
+        names.append(DELTA_M)  # the sweep ran single-task runs: Δm% is one of its figures
     frame = pd.DataFrame({"variant": col(runs, "tags.variant")[keep].values,
                           "seed": col(runs, "tags.seed")[keep].astype(object).fillna("").astype(str).values})
     for name in names:
