@@ -14,6 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from mtbert.errors import Diverged
 from mtbert.train.progress import clock
 from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
@@ -24,6 +25,13 @@ from orchestration.track.tracking import SweepTracking
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes:2d}:{secs:02d}"
+
+
+def diverged(result: dict[str, Any] | None) -> bool:
+    """A trial that ended itself because its loss went non-finite (mtbert.errors.Diverged,
+    whose name leads the reason trainable.run_trial reports): what its configuration does, a
+    finding, not a fault of the sweep."""
+    return (failure(result) or "").startswith(f"{Diverged.__name__}:")
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -124,13 +132,15 @@ class ProgressPrinter(Callback):
             key(t) for t in trials if stopping and t.status == "TERMINATED" and key(t) in running}
         ended = [t for t in trials if t.status in ("TERMINATED", "ERROR")]
         interrupted = sum(key(t) in cut for t in ended)
-        failed = sum(key(t) not in cut and (t.status == "ERROR" or bool(failure(t.last_result))) for t in ended)
-        done = len(ended) - interrupted - failed
+        gone = sum(key(t) not in cut and diverged(t.last_result) for t in ended)
+        failed = sum(key(t) not in cut and (t.status == "ERROR" or bool(failure(t.last_result))) for t in ended) - gone
+        done = len(ended) - interrupted - failed - gone
         stopped = len(self._stopped)
         upto = getattr(self, "upto", False)
-        pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - counts["RUNNING"], 0)
+        pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - gone - counts["RUNNING"], 0)
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
-                f"{failed} failed, {pending} pending of {'up to ' if upto else ''}{self.total}"
+                + (f"{gone} diverged, " if gone else "") + f"{failed} failed, "
+                f"{pending} pending of {'up to ' if upto else ''}{self.total}"
                 + (f" ({interrupted} interrupted)" if interrupted else "")
                 + ("" if upto or stopping else self._time_left(trials, pending)) + f" | {self._best(trials)}")
 
@@ -171,7 +181,8 @@ class ProgressPrinter(Callback):
         self._completed = getattr(self, "_completed", set()) | {trial.config["key"]}
         result = trial.last_result
         if failure(result):
-            self._print(f"FAILED  {trial.config['key']:<14} {error_line(trial)} (deterministic: not retried)")
+            what = "DIVERGED" if diverged(result) else "FAILED  "
+            self._print(f"{what} {trial.config['key']:<14} {error_line(trial)} (deterministic: not retried)")
             return
         if not result.get("done") and self.interrupted():
             self._interrupted.add(trial.config["key"])

@@ -10,7 +10,8 @@ import torch
 
 from mtbert.config import build_config
 from mtbert.tasks import TASKS, TaskSpec, register_task
-from mtbert.train.loop import TrainingError, train
+from mtbert.errors import Diverged
+from mtbert.train.loop import train
 
 FAST = {"sampling.strategy": "tuple", "sampling.steps_per_epoch": 100, "train.epochs": 3,
         "optim.lr": 1e-3}
@@ -63,7 +64,7 @@ def test_non_finite_loss_names_task_and_step(tmp_path):
     try:
         cfg = build_config({}, {"tasks": ["sst", "boom"], "sampling.strategy": "round_robin",
                                 "data.cache_dir": str(tmp_path / "cache"), "train.epochs": 1})
-        with pytest.raises(TrainingError, match=r"loss of task 'boom' is (inf|nan) at epoch 1, step 2"):
+        with pytest.raises(Diverged, match=r"loss of task 'boom' is (inf|nan) at epoch 1, step 2"):
             train(cfg, log=None)
     finally:
         TASKS.pop("boom")

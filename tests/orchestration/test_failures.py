@@ -35,10 +35,15 @@ def test_a_crash_still_raises_so_tune_retries_it(tmp_path, monkeypatch):
 
 
 def test_the_parent_run_says_when_a_trial_failed():
-    run = lambda status: SimpleNamespace(info=SimpleNamespace(status=status))  # noqa: E731
+    def run(status: str, **tags: str) -> SimpleNamespace:
+        return SimpleNamespace(info=SimpleNamespace(status=status), data=SimpleNamespace(tags=tags))
+
     assert parent_status("FINISHED", [run("FINISHED"), run("FAILED")]) == "FAILED"
     assert parent_status("FINISHED", [run("FINISHED")]) == "FINISHED"
     assert parent_status("KILLED", [run("FAILED")]) == "KILLED"  # interrupted says interrupted
+    # A seed that diverged is its configuration's finding, not the sweep's failure.
+    assert parent_status("FINISHED", [run("FINISHED"), run("FAILED", diverged="loss of task 'sst' is nan")]) \
+        == "FINISHED"
 
 
 def test_a_full_sweep_folder_is_measured(tmp_path, monkeypatch):

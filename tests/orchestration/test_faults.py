@@ -82,11 +82,11 @@ def test_a_truncated_checkpoint_is_not_retried_but_trained_past(tmp_path):
     assert not list(run_dir.glob("*/error.txt"))  # no attempt failed
 
 
-def test_the_tracking_server_gone_before_the_parent_run_is_ridden_out(tmp_path):
-    """The server answers the startup check, then goes away before the sweep's parent run
-    exists (under load, seconds pass between them: the data, Ray's start): the driver says so
-    in one line and retries with the outage backoff; once the server is back the sweep runs
-    to its end, one parent run, every trial FINISHED once."""
+def test_the_tracking_server_gone_during_the_shared_setup_is_ridden_out(tmp_path):
+    """The server answers the startup check and the parent run is made, then goes away while
+    the shared setup runs (under load it takes minutes: the data, the frozen-layer cache, Ray's
+    start): the driver says so in one line, the setup's and the trials' writes wait for it, and
+    once the server is back the sweep runs to its end, one parent run, every trial FINISHED once."""
     from .test_outage import Server
 
     server = Server(tmp_path)
@@ -98,17 +98,16 @@ def test_the_tracking_server_gone_before_the_parent_run_is_ridden_out(tmp_path):
                     tmp_path, log)
     family: list[int] = []
     try:
-        # Printed after the startup check, before Ray starts and the parent run is made.
-        _wait_for(lambda: "data: " in log.read_text(), 180, "the startup check passed", driver, log)
+        # Printed once the data is tokenized: the parent run exists, Ray has not started.
+        _wait_for(lambda: "data: " in log.read_text(), 180, "the shared setup", driver, log)
         server.stop()
-        _wait_for(lambda: "before the sweep's parent run existed" in log.read_text(), 120, "the outage line",
-                  driver, log)
+        _wait_for(lambda: "tracking store away" in log.read_text(), 120, "the outage line", driver, log)
         family = descendants(driver.pid)
         server.start()
         assert driver.wait(240) == 0, log.read_text()[-4000:]
         text = log.read_text()
         assert "Traceback" not in text and "MlflowException" not in text, text[-4000:]
-        assert text.count("before the sweep's parent run existed") == 1, text
+        assert text.count("tracking store away") == 1, text
         assert "2 trials, 2 finished" in text, text[-3000:]
         client, parents, children = sweep_runs(server.uri, "gone")
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"

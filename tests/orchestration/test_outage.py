@@ -115,6 +115,12 @@ def test_short_outage_is_ridden_out(tmp_path, server):
         server.stop()
         down = time.time()
         time.sleep(12)
+        # At least 12 s, and until a trial has trained an epoch while the server is away (on a
+        # loaded runner a trial may still be starting 12 s after its run was made); well inside
+        # the 180 s the writes wait (tracking.outage_s).
+        run_dir = tmp_path / "store" / "short"
+        _wait_for(lambda: _epoch_lines_between(run_dir, down, time.time()) >= 1, 90,
+                  "an epoch trained during the outage", proc, log)
         server.start()
         up = time.time()
         assert proc.wait(240) == 0, log.read_text()[-4000:]
@@ -123,7 +129,6 @@ def test_short_outage_is_ridden_out(tmp_path, server):
     text = log.read_text()
     assert "Traceback" not in text, text[-4000:]
     assert "4 trials, 4 finished" in text, text[-3000:]
-    run_dir = tmp_path / "store" / "short"
     assert _epoch_lines_between(run_dir, down, up) >= 1  # trials trained while the server was away
     client, parents, children = sweep_runs(server.uri, "outage")
     assert len(parents) == 1

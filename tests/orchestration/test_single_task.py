@@ -88,9 +88,6 @@ def test_a_sweep_logs_delta_m_against_its_single_task_runs(tmp_path, monkeypatch
     row = next(line for line in text.splitlines() if line.startswith("| single-task sst |")).split("|")
     assert row[header.index("Δ overall vs *")].strip() == "–", row
     assert "± +" not in text and "± -" not in text, text
-    # Δm% is one of the figures importance reads, where the sweep ran single-task runs.
-    assert main(["importance", "--experiment", "single", "--tracking-uri", uri]) == 0
-    assert "Δm%" in capsys.readouterr().out
     assert main(["best", "--experiment", "single", "--tracking-uri", uri]) == 0
     best = [line for line in capsys.readouterr().out.splitlines() if "best configuration" in line]
     assert best and "single-" not in best[0], best

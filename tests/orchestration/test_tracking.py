@@ -350,7 +350,7 @@ def test_the_experiment_holds_the_saved_views_the_link_opens(swept):
     assert seeds["name"] == "mtbert: seeds"
     state = json.loads(seeds["state"])
     assert set(state) <= VIEW_STATE_KEYS and state["searchFilter"] == "tags.role != 'configuration'"
-    assert state["selectedColumns"][:7] == ["tags.`sweep_run`", "tags.`seed`", "metrics.`overall`",
+    assert state["selectedColumns"][:8] == ["tags.`sweep_run`", "tags.`seed`", "tags.`diverged`", "metrics.`overall`",
                                             "metrics.`sst_acc`", "metrics.`para_acc`", "metrics.`sts_corr`",
                                             "metrics.`tm_relative_score`"]
     assert "params.`sharing.head_regime`" in state["selectedColumns"]
