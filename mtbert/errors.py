@@ -33,6 +33,13 @@ class Diverged(TrainingError):
     of its configuration, a finding that the verdicts count (docs/verdicts.md), not a crash."""
 
 
+def diverged_why(failure: str | None) -> str | None:
+    """Why a run diverged, from a failed trial's one line ("<exception type>: <message>", as a
+    sweep trial reports it), or None when that failure was not a Diverged."""
+    prefix = f"{Diverged.__name__}: "
+    return failure[len(prefix):] if failure and failure.startswith(prefix) else None
+
+
 class CheckpointUnreadable(RuntimeError):
     """A resumable state that cannot be read (a file cut short by a kill or a full disk):
     the one line says which and why. Not a TrainingError: the run itself is sound, and

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune import Callback
 
-from mtbert.errors import Diverged
+from mtbert.errors import diverged_why
 from mtbert.train.progress import clock
 from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
@@ -28,10 +28,9 @@ def _clock(seconds: float) -> str:
 
 
 def diverged(result: dict[str, Any] | None) -> bool:
-    """A trial that ended itself because its loss went non-finite (mtbert.errors.Diverged,
-    whose name leads the reason trainable.run_trial reports): what its configuration does, a
-    finding, not a fault of the sweep."""
-    return (failure(result) or "").startswith(f"{Diverged.__name__}:")
+    """A trial that ended itself because its loss went non-finite (mtbert.errors.Diverged):
+    what its configuration does, a finding, not a fault of the sweep."""
+    return diverged_why(failure(result)) is not None
 
 
 def describe(config: dict[str, Any]) -> str:

@@ -1023,11 +1023,10 @@ def diverged_reason(final: dict[str, float], history: dict[int, dict[str, float]
     `diverged` tag; the verdicts and the leaderboard leave such a run out and count it
     (docs/verdicts.md, "Diverged runs"; the chance-level half of the rule needs a claim's
     `chance`: orchestration/report/verdicts.py: diverged)."""
-    from mtbert.errors import Diverged
+    from mtbert.errors import diverged_why
 
-    # trainable.py reports a failure as "<exception type>: <message>".
-    if error and error.startswith(f"{Diverged.__name__}: "):
-        return error[len(Diverged.__name__) + 2:]
+    if diverged_why(error):
+        return diverged_why(error)
     last = history[max(history)] if history else {}
     figures = {"overall": final.get("overall"), **{k: v for k, v in last.items() if k.startswith("loss_")}}
     for name, value in figures.items():
