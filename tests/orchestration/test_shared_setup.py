@@ -143,7 +143,7 @@ def test_a_sweeps_setups_compute_their_shared_frozen_layers_once(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     rows = count_layer_rows(monkeypatch)  # the driver's: the trials run in Ray's workers
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    path = write_sweep(tmp_path / "s.yaml", base={"train": {"epochs": 1, "frozen_cache_mb": 64}},
+    path = write_sweep(tmp_path / "s.yaml", base={"train": {"epochs": 1, "frozen_cache_mb": 64, "precision": "fp32"}},  # bit for bit: fp32 on any CPU
                        space={"freeze.layers": [1, -1]}, seeds=[0],
                        tracking={"experiment": "prefix", "log_models": "none"})
     outcome = launch.run_sweep(path, tracking_uri=uri, storage=tmp_path / "runs", log=lambda _m: None,

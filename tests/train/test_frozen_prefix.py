@@ -14,7 +14,10 @@ from mtbert.train.loop import build_frozen_cache, train
 
 TINY = {"train.epochs": 1, "sampling.steps_per_epoch": 3, "data.synthetic.train_size": 40,
         "data.synthetic.dev_size": 20, "train.device": "cpu", "model.max_length": 32, "train.batch_size": 8,
-        "model.tiny.layers": 3, "train.frozen_cache_mb": 64}
+        "model.tiny.layers": 3, "train.frozen_cache_mb": 64,
+        # Bit-identical continuation is the fp32 promise; under bf16 autocast (auto on an
+        # AVX512-BF16 or AMX CPU) the last bits may differ (docs/configuration.md).
+        "train.precision": "fp32"}
 
 
 def count_layer_rows(monkeypatch) -> Counter:
