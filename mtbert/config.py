@@ -314,7 +314,8 @@ class AffinityConfig:
     lookahead_lr: float | None = None
     batch_size: int | None = None  # examples per task in the held batch; null = train.batch_size
     # Per shared part as well (the shared encoder, the shared head layers) where the model has
-    # both: T more lookahead forwards per part.
+    # both, and each shared hidden head layer where several are shared: T more lookahead
+    # forwards per part.
     per_part: bool = True
 
     def check(self, tasks: list[str]) -> None:

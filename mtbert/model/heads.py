@@ -58,8 +58,14 @@ class Heads(nn.Module):
 
     def shared_modules(self) -> list[nn.Module]:
         """Head layers used by more than one task (PCGrad treats them as shared)."""
-        out = []
-        for per_task in self.layers:
+        return [m for mods in self.shared_by_depth().values() for m in mods]
+
+    def shared_by_depth(self) -> dict[int, list[nn.Module]]:
+        """Hidden layer number (1 = nearest the encoder) -> its modules used by more than one task."""
+        out = {}
+        for depth, per_task in enumerate(self.layers, start=1):
             mods = list(per_task.values())
-            out += [m for m in {id(m): m for m in mods}.values() if sum(x is m for x in mods) > 1]
+            shared = [m for m in {id(m): m for m in mods}.values() if sum(x is m for x in mods) > 1]
+            if shared:
+                out[depth] = shared
         return out

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap, matrices,
-                                   mean_over_epochs, series_name)
+from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap, head_layer,
+                                   matrices, mean_over_epochs, series_name)
 from mtbert.train.state import capture_rng, restore_rng
 from mtbert.train.weighting.base import TaskGradients, task_gradients
 
@@ -45,13 +45,19 @@ LossesOf = Callable[[dict[str, list[int]]], tuple[dict[str, torch.Tensor], objec
 
 
 def shared_parts(model, shared: Sequence[torch.nn.Parameter]) -> dict[str, set[int]]:
-    """Part name -> ids of its parameters: the whole shared set, and the shared encoder
-    (embeddings, shared layers, pooler) and the shared head layers apart where both train."""
-    heads = {id(p) for m in model.heads.shared_modules() for p in m.parameters() if p.requires_grad}
+    """Part name -> ids of its parameters: the whole shared set; the shared encoder (embeddings,
+    shared layers, pooler) and the shared head layers apart where both train; and each shared
+    hidden head layer alone where several are shared (head-layer-1 nearest the encoder), which
+    is what ranks the head regimes from one run (grouping.regime_scores)."""
     every = {id(p) for p in shared}
+    by_depth = {depth: every & {id(p) for m in mods for p in m.parameters()}
+                for depth, mods in model.heads.shared_by_depth().items()}
+    heads = set().union(*by_depth.values())
     parts = {WHOLE: every}
-    if every & heads and every - heads:
-        parts.update({ENCODER: every - heads, HEADS: every & heads})
+    if heads and every - heads:
+        parts.update({ENCODER: every - heads, HEADS: heads})
+    if len([ids for ids in by_depth.values() if ids]) > 1:
+        parts.update({head_layer(depth): ids for depth, ids in by_depth.items() if ids})
     return parts
 
 

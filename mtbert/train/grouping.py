@@ -40,6 +40,11 @@ Affinities = dict[tuple[str, str], float]  # (i, j) -> Z(i -> j)
 Grouping = tuple[tuple[str, ...], ...]
 
 
+def head_layer(depth: int) -> str:
+    """The part name of one shared hidden head layer (1 = nearest the encoder)."""
+    return f"head-layer-{depth}"
+
+
 def series_name(kind: str, first: str, second: str, part: str = WHOLE) -> str:
     """affinity/<i>-to-<j> (i's step, j's loss) or cosine/<i>-<j>, under the part's name when
     it is one part of the shared set: affinity/encoder/sst-to-para."""
@@ -177,6 +182,22 @@ def sharing_keys(grouping: Grouping, tasks: Sequence[str], head_depth: int) -> d
         return {"sharing.head_regime": "-".join(["I"] * depth), "sharing.head_share_tasks": None}
     share = None if len(groups[0]) == len(tasks) else groups[0]
     return {"sharing.head_regime": "-".join(["S"] * depth), "sharing.head_share_tasks": share}
+
+
+def regime_scores(means: dict[str, float], tasks: Sequence[str], depth: int) -> dict[str, float] | None:
+    """A predicted score of every S/I head regime of `depth` hidden layers, from one run that
+    shares every head layer (S-...-S) and measured each alone (head-layer-k): a regime's score is
+    TAG's score of all tasks in one group on each layer it shares, summed over those layers
+    (I-...-I scores 0). So a layer whose tasks help each other counts for sharing it, one where
+    they hurt each other against. None when a layer's affinities are missing."""
+    per_layer = []
+    for k in range(1, depth + 1):
+        z = affinities(means, head_layer(k))
+        if not z:
+            return None
+        per_layer.append(score([list(tasks)], z))
+    return {"-".join(letters): sum(v for v, letter in zip(per_layer, letters) if letter == "S")
+            for letters in itertools.product("IS", repeat=depth)}
 
 
 def format_grouping(grouping: Sequence[Sequence[str]]) -> str:

@@ -226,3 +226,29 @@ def test_bad_affinity_settings_fail_at_load(key, value, message):
 def test_one_task_has_no_affinity():
     with pytest.raises(ConfigError, match="affinity.every_steps: affinity is between tasks"):
         build_config({"tasks": ["sst"]}, {"affinity.every_steps": 5})
+
+
+def test_each_shared_head_layer_is_measured_alone_and_ranks_the_regimes(tmp_path):
+    # A frozen encoder under S-S-S: every shared parameter is a head layer, so the parts are the
+    # whole set and each of its three layers (no encoder part, and no heads part equal to the whole).
+    cfg = build_config({}, {**NOISY, "data.cache_dir": str(tmp_path / "cache"), "affinity.every_steps": 6,
+                            "freeze.layers": -1, "sharing.head_regime": "S-S-S"})
+    train(cfg, output_dir=tmp_path / "out", log=None)
+    means = read(tmp_path / "out")["epochs"]["1"]
+    layers = [gr.head_layer(k) for k in (1, 2, 3)]
+    assert {gr.parse_name(n)[1] for n in means} == {gr.WHOLE, *layers}
+    scores = gr.regime_scores(means, cfg.tasks, 3)
+    per_layer = [gr.score([cfg.tasks], gr.affinities(means, part)) for part in layers]
+    assert len(scores) == 8 and scores["I-I-I"] == 0.0
+    assert scores["S-I-S"] == pytest.approx(per_layer[0] + per_layer[2])
+    assert scores["S-S-S"] == pytest.approx(sum(per_layer))
+    assert gr.regime_scores(means, cfg.tasks, 4) is None  # a fourth layer was not measured
+
+
+def test_regime_scores_add_the_layers_a_regime_shares():
+    help_, hurt = blocks([["a", "b"]]), {pair: -v for pair, v in blocks([["a", "b"]]).items()}
+    means = {gr.series_name(gr.AFFINITY, i, j, gr.head_layer(k)): v
+             for k, z in ((1, help_), (2, hurt)) for (i, j), v in z.items()}
+    scores = gr.regime_scores(means, ["a", "b"], 2)
+    assert max(scores, key=scores.get) == "S-I" and min(scores, key=scores.get) == "I-S"
+    assert scores["I-I"] == 0.0 and scores["S-S"] == pytest.approx(0.0)
