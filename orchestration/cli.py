@@ -203,6 +203,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
     # The files' claims first: a bad claim is one line before the store is opened.
     _check_outputs((args.output, "--output"))
     claims = [c for path in args.files for c in read_claims(path)] if args.files else None
+    if args.files and not claims:
+        raise SweepError(f"{', '.join(args.files)}: no claims to judge (a sweep file's `claims:` holds them)")
     uri = reading_store(args.tracking_uri)
     text, table = findings(uri, args.experiment or None, args.format, claims, args.error_rate)
     if args.output:
@@ -231,6 +233,11 @@ def cmd_affinity(args: argparse.Namespace) -> int:
         _said(chose)
     suggestion = aff.suggest(measured, args.variant)
     sys.stdout.write(aff.render_suggestion(suggestion, measured))
+    if args.against:
+        chose = []
+        check = aff.check_regimes(measured, args.variant, reading_store(args.tracking_uri), args.against, say=chose.append)
+        _said(chose)
+        sys.stdout.write(aff.render_check(check, args.against))
     _write(aff.fragment(suggestion, measured, fragment.stem, label), str(fragment), "the suggested grouping's sweep")
     print(f"heatmap: {aff.plot_mean(suggestion, measured, plot)}", file=sys.stderr)
     return 0
@@ -378,6 +385,8 @@ def _add_reading(subparsers: argparse._SubParsersAction) -> None:
                      "one trial's), or a sweep's name (with --experiment; alone: an experiment, its latest sweep)")
     aff.add_argument("--experiment", help="the MLflow experiment of a sweep named by its name")
     aff.add_argument("--variant", help="read this configuration's trials only (default: every trial of the sweep)")
+    aff.add_argument("--against", metavar="EXPERIMENT", help="check the head regimes' ranking the per-layer "
+                     "affinities predict against the latest sweep of this experiment, which trained the regimes")
     aff.add_argument("--output", help="the sweep fragment YAML (default: runs/<source>-grouping.yaml)")
     aff.add_argument("--plot", help="heatmap of the mean affinities (default: next to the fragment, .png)")
     aff.add_argument("--tracking-uri", help=STORE_HELP)

@@ -285,3 +285,101 @@ def plot_mean(suggestion: Suggestion, measured: Measured, path: str | Path) -> P
     return gr.draw_heatmap(gr.matrices(measured.means(), suggestion.tasks), path,
                            f"inter-task affinity, mean over {measured.rows['run'].nunique()} run(s) of {measured.label}",
                            suggestion.tasks)
+
+
+# --------------------------------------------------------------------------- the prediction checked
+
+REGIME_PARAM = "params.sharing.head_regime"
+
+
+@dataclass
+class RegimeCheck:
+    """The head regimes' ranking that one run's per-layer affinities predict, against the scores
+    a sweep of the regimes measured (`mtbert affinity ... --against`)."""
+    predicted: dict[str, float]  # regime -> predicted score (grouping.regime_scores)
+    measured: dict[str, dict[Any, float]]  # regime -> seed -> the measured figure
+    rho: float  # Spearman's rank correlation of the predicted scores and the measured means
+    rho_per_seed: tuple[float, float, int]  # mean, 95% half-width and n of rho over the seeds all regimes share
+    verdict: Any  # the predicted best against the measured best (orchestration/report/verdicts.py)
+    compute: float  # the affinity runs' train_flops over the measured sweep's
+    metric: str = "overall"
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rho with ties at their mean rank (NaN when either side is constant)."""
+    rx, ry = pd.Series(x).rank(), pd.Series(y).rank()
+    return float(rx.corr(ry)) if rx.nunique() > 1 and ry.nunique() > 1 else math.nan
+
+
+def check_regimes(measured: Measured, variant: str | None, uri: str, against: str, metric: str = "overall",
+                  say=None) -> RegimeCheck:
+    """Rank the S/I head regimes by the affinities of each shared head layer (measured.rows of
+    an all-shared run, `variant`'s trials) and compare with the regimes `against`'s latest sweep
+    trained: Spearman's rho of the means, rho per common seed with its t-interval, and a claim
+    that the predicted best is within δ = 0.01 of the measured best, paired by seed (which,
+    picked as the best of the measured, is favoured: the claim is the generous reading)."""
+    from orchestration.report import verdicts
+    from orchestration.report.findings import read_runs
+
+    depth = len(_regime(measured.base))
+    predicted = gr.regime_scores(measured.means(variant), measured.tasks, depth)
+    if predicted is None:
+        raise SweepError(f"{measured.label}: no affinity per head layer (train a regime sharing every head "
+                         "layer, S-...-S, with affinity.per_part)")
+    _, parent = reader.find_sweep(uri, against, None, say)
+    runs = read_runs(uri, [against], parent.info.run_id)
+    runs = runs[(reader.col(runs, "tags.variant") != "reference") & (reader.col(runs, "status") == "FINISHED")]
+    if metric not in {c[len("metrics."):] for c in runs.columns if c.startswith("metrics.")}:
+        raise SweepError(f"{against}: its runs logged no {metric!r}")
+    scores = {regime: verdicts.seed_means(group[f"metrics.{metric}"], group["tags.seed"])
+              for regime, group in runs.groupby(REGIME_PARAM) if regime in predicted}
+    if len(scores) < 3:
+        raise SweepError(f"{against}: {len(scores)} head regime(s) of depth {depth} trained; a ranking needs 3")
+    names = sorted(scores)
+    means = [float(pd.Series(scores[r]).mean()) for r in names]
+    shared = set.intersection(*(set(scores[r]) for r in names))
+    per_seed = [spearman([predicted[r] for r in names], [scores[r][s] for r in names]) for s in sorted(shared)]
+    best_predicted = max(names, key=lambda r: (predicted[r], r))
+    best_measured = names[max(range(len(names)), key=means.__getitem__)]
+    claim = verdicts.claim(f"predicted best {best_predicted} within 0.01 of the measured best {best_measured}",
+                           best_predicted, best_measured, "≈", metric=metric, error_rate="claim")
+    verdict = verdicts.decide(scores[best_predicted], scores[best_measured], claim) \
+        if best_predicted != best_measured else None
+    spent = reader.col(measured_runs(uri, measured, variant), "metrics.train_flops").sum()
+    return RegimeCheck(predicted, scores, spearman([predicted[r] for r in names], means),
+                       mean_ci([r for r in per_seed if not math.isnan(r)]), verdict,
+                       float(spent / runs["metrics.train_flops"].sum()) if spent else math.nan, metric)
+
+
+def measured_runs(uri: str, measured: Measured, variant: str | None) -> pd.DataFrame:
+    """The runs whose affinities were read (their train_flops are the prediction's cost)."""
+    from orchestration.report.findings import read_runs
+
+    rows = measured.rows if variant is None else measured.rows[measured.rows["variant"] == variant]
+    runs = read_runs(uri)
+    return runs[runs["run_id"].isin(set(rows["run"]))]
+
+
+def render_check(check: RegimeCheck, against: str) -> str:
+    """What `mtbert affinity --against` prints: each regime's predicted score beside its measured
+    mean, the rank correlation, the best's verdict and the compute the prediction took."""
+    order = sorted(check.measured, key=lambda r: -check.predicted[r])
+    lines = [f"head regimes, predicted from the affinities vs measured by {against} ({check.metric}):",
+             f"  {'regime':<8} {'predicted':>10} {'measured':>9}  seeds"]
+    for r in order:
+        mean, half, n = mean_ci(check.measured[r].values())
+        lines.append(f"  {r:<8} {check.predicted[r]:>+10.3g} {mean:>9.4f}  {n}"
+                     + (f"  ± {half:.4f}" if not math.isnan(half) else ""))
+    mean, half, n = check.rho_per_seed
+    lines.append(f"Spearman rho of the means: {check.rho:+.2f}; per seed: {mean:+.2f}"
+                 + (f" ± {half:.2f} (95% t-interval over {n} seeds)" if not math.isnan(half) else f" ({n} seed(s))"))
+    if check.verdict is None:
+        lines.append("the predicted best is the measured best")
+    else:
+        v, found = check.verdict, check.verdict.interval
+        needs = f"; about {v.seeds_needed} seeds would decide it" if v.seeds_needed else ""
+        lines.append(f"the predicted best against the measured best: {v.outcome}, {found.method} "
+                     f"{found.centre:+.4f} [{found.low:+.4f}, {found.high:+.4f}] (n={found.n}, δ 0.01{needs})")
+    if not math.isnan(check.compute):
+        lines.append(f"compute: the affinity runs' train_flops are {check.compute:.1%} of the measured sweep's")
+    return "\n".join(lines) + "\n"

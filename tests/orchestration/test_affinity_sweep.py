@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.train.test_affinity import PLANTED_PLUGIN, planted_base
 
-from .conftest import run_cli, write_sweep
+from .conftest import SWEEPS, run_cli, write_sweep
 from .test_e2e import sweep_runs
 
 pytestmark = pytest.mark.slow
@@ -54,3 +54,27 @@ def test_a_sweep_measures_affinity_and_suggests_the_planted_grouping(tmp_path):
     assert spec["base"]["plugins"] == ["planted_tasks"] and "affinity" not in spec["base"]
     plan = run_cli(["sweep", "plan", str(fragment), "--no-measure"], cwd=tmp_path)  # a sweep mtbert runs
     assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
+
+
+def test_the_per_layer_affinities_rank_the_head_regimes_against_a_sweep_of_them(tmp_path):
+    # The shipped pair at smoke size in one store: one all-shared run measuring each head layer
+    # (sweeps/affinity/minilm.yaml), and the head regimes trained (the study's file).
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name in ("affinity/minilm.yaml", "study/head_regimes_frozen.yaml"):
+        proc = run_cli(["sweep", "run", str(SWEEPS / name), "--smoke", "--num-cpus", "2", "--tracking-uri", uri],
+                       cwd=tmp_path, timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = run_cli(["affinity", "affinity-minilm-smoke", "--variant", "p000", "--against",
+                     "study-head-regimes-frozen-smoke", "--tracking-uri", uri, "--output", "s.yaml"], cwd=tmp_path)
+    assert found.returncode == 0, found.stderr[-2000:]
+    printed = found.stdout.split("head regimes, predicted", 1)[1]
+    from orchestration.report import affinity as aff
+    from mtbert.train import grouping as gr
+
+    measured = aff.from_source(uri, "affinity-minilm-smoke")
+    predicted = gr.regime_scores(measured.means("p000"), measured.tasks, 3)
+    rows = [line.split() for line in printed.splitlines() if line.startswith("  ") and "-" in line.split()[0]]
+    assert len(rows) == 4  # the smoke's regimes: the baseline I-I-I and three searched ones
+    assert [r[0] for r in rows] == sorted((r[0] for r in rows), key=lambda r: -predicted[r])
+    assert all(float(r[1]) == pytest.approx(predicted[r[0]], rel=1e-2, abs=1e-9) for r in rows)
+    assert "Spearman rho of the means:" in printed and "compute: the affinity runs' train_flops are" in printed
