@@ -227,6 +227,9 @@ def test_findings_reads_claims_from_a_file_or_from_the_store(sweep_file, tmp_pat
     assert main(["findings", str(bad), "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"{bad}: claims[0] (S-I-I > I-I-I).relation" in err
+    none = sweep_file("none.yaml", **SECTIONS)  # a file without claims: one line, not a table of none
+    assert main(["findings", str(none), "--tracking-uri", uri]) == 2
+    assert capsys.readouterr().err.strip() == f"mtbert: error: {none}: no claims to judge (a sweep file's `claims:` holds them)"
 
 
 def test_numbers_match_within_a_relative_tolerance():
