@@ -1,5 +1,5 @@
-"""The sweep's best is a configuration judged by its mean over seeds, not one lucky seed: the
-summary line and the logged model follow it."""
+"""The sweep's best is a configuration judged by its mean over the seeds every configuration
+ran, not one lucky seed: the summary line and the logged model follow it."""
 from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
