@@ -24,10 +24,11 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from mtbert.figures import SUMMARY_KEY
-from orchestration.sweep.labels import STANDS_FOR
+from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
 from orchestration.sweep.plan import BASELINE, Planner, trial_key
 
 TM_METRICS = {"tm_relative_score": "tm_time_s", "tm_relative_score_compute": "tm_flops"}
+DELTA_M = "delta_m"  # taken against the single-task trials, as tracking takes it (SeedRounds.delta_m)
 
 
 class SeedRounds:
@@ -43,7 +44,7 @@ class SeedRounds:
     order while they fit.
 
     A trial's figures are its run's (tracking.trial_figures of train()'s summary of the epochs
-    Tune reported); a trial that failed to train is diverged by the rule that tags its run
+    Tune reported; its TM-relative scores and Δm% taken as tracking takes them); a trial that failed to train is diverged by the rule that tags its run
     (tracking.diverged_reason): left out of a figure's pairs, counted in a claim on the
     divergence rate. Everything here is plain data, saved with the searcher, so its field names
     are what a resumed sweep's checkpoint holds."""
@@ -184,7 +185,22 @@ class SeedRounds:
                          if trial_key(BASELINE, s) in self.figures]
                 baseline = mean_reference(bases) if bases else None
             return None if baseline is None else trial_tm(figures, baseline, TM_METRICS[metric])
+        if metric == DELTA_M:
+            return self.delta_m(variant, seed, figures)
         return figures.get(metric)
+
+    def delta_m(self, variant: str, seed: int, figures: dict[str, float]) -> float | None:
+        """Δm% as tracking takes it at the sweep's end (tracking._delta_m): against each task's
+        single-task trial of the same seed, else the mean of the task's finished ones."""
+        from orchestration.track.tm import single_task_scores, trial_delta_m
+
+        if self.configs[variant][0] == SINGLE_TASK:
+            return None
+        singles = [(self.shape[key]["tasks"][0], str(s), self.figures[key])
+                   for v, (role, _, _) in self.configs.items() if role == SINGLE_TASK
+                   for s in range(self.seeds[v]) if (key := trial_key(v, s)) in self.figures]
+        single = single_task_scores(singles, self.shape[trial_key(variant, seed)]["tasks"], str(seed), closing=True)
+        return trial_delta_m(figures, single).get("delta_m")
 
     def per_seed(self, variant: str, metric: str) -> dict[int, float]:
         """seed -> figure of the variant's finished trials, as findings.per_seed reads their runs:

@@ -2,7 +2,8 @@
 on what the trials' MLflow runs will hold: a trial that failed to train (Diverged, or finished
 with a non-finite loss) is a diverged seed of its configuration, left out of a figure's pairs
 and counted in a claim on the divergence rate, which is then decided and stopped while the sweep
-runs. The verdict that stops a claim is the one `mtbert findings` gives it on the sweep's store."""
+runs; a figure tracking computes (Δm%) is computed the same way. The verdict that stops a
+claim is the one `mtbert findings` gives it on the sweep's store."""
 from __future__ import annotations
 
 import io
@@ -88,6 +89,36 @@ def test_rounds_decide_on_diverged_seeds_as_findings_does(tmp_path):
     for name in ("diverged", "summaries"):
         restored._rounds.__dict__.pop(name)
     assert restored._rounds.gone("p000") == {}
+
+
+def test_rounds_take_delta_m_against_the_single_task_trials_as_tracking_does(tmp_path):
+    """A claim on Δm% is decided from the first round, not read as not run until the sweep ends:
+    each trial's Δm% is taken against its seed's single-task trials (lr 2e-3 scores 0.1 above
+    them on every task, the baseline 0.1 below: a difference that does not move with the seed)."""
+    claim = {"name": "lr 2e-3 gains more from sharing", "metric": "delta_m", "a": {"optim.lr": 2e-3},
+             "b": {"role": "baseline"}, "relation": ">", "min_effect": 1.0}
+    path = write_sweep(tmp_path / "m.yaml", space={"optim.lr": [2e-3]}, baseline={"optim.lr": 1e-3},
+                       seeds={"start": 2, "max": 4}, single_task=True, claims=[claim])
+    searcher = make_searcher(Planner(load_sweep(path)))
+    handed, running = [], {}
+    while (config := searcher.suggest(f"t{len(handed)}")) != Searcher.FINISHED:
+        assert config is not None or running
+        if config is not None:
+            running[f"t{len(handed)}"] = config
+            handed.append(config["key"])
+            continue
+        for trial_id, config in list(running.items()):
+            level = {"single_task": 0.5, "baseline": 0.4}.get(config["role"], 0.6)
+            result = {"epoch": 1, "overall": level, "sst_acc": level, "para_acc": level, "sts_corr": level,
+                      "done": True}
+            searcher.on_trial_result(trial_id, result)
+            searcher.on_trial_complete(trial_id, result)
+            del running[trial_id]
+    rounds = searcher._rounds
+    verdict = rounds.verdicts()[claim["name"]]
+    assert rounds.rounds[0]["verdicts"] == {claim["name"]: "holds"} and rounds.finished == "every claim decided"
+    assert (verdict.interval.n, verdict.interval.exact) == (2, True)
+    assert verdict.interval.centre == pytest.approx(40.0)  # +20% against −20% of the single-task scores
 
 
 # --------------------------------------------------------------------------- a real sweep
