@@ -360,8 +360,9 @@ def _add_reading(subparsers: argparse._SubParsersAction) -> None:
                      help="shuffles of each key's levels for its p-value (default: importance.PERMUTATIONS, 999)")
     imp.set_defaults(func=cmd_importance)
 
-    best = subparsers.add_parser("best", help="a sweep's best configuration (by its mean over seeds) and its "
-                                 "best seed's model: run id, models:/ URI, registered version, bundle folder")
+    best = subparsers.add_parser("best", help="a sweep's best configuration (by its mean over the seeds every "
+                                 "configuration ran) and its best seed's model: run id, models:/ URI, registered "
+                                 "version, bundle folder")
     _reading_options(best, ("text", "json"), "text", output=False, format_help="text: comment lines, then one "
                      "`mtbert predict --model ...` line per name of the model")
     best.add_argument("--include-reference", action="store_true",

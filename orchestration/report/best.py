@@ -1,5 +1,6 @@
 """`mtbert best`: what a researcher takes away from a sweep. Its best configuration (judged by
-the mean over seeds, track/models.py's best_configuration) and, for that configuration's best
+the mean over the seeds every configuration ran, track/models.py's best_configuration and
+shared_seeds) and, for that configuration's best
 seed, every name its model goes by: the MLflow run, the logged model, the registered version
 and the bundle folder on disk. Each model line is a `mtbert predict --model ...` command that
 runs as printed. The frozen reference is a yardstick, never the best (`--include-reference`
@@ -95,20 +96,31 @@ def reference_overall(runs: list) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def ranked_by(shared: list[str]) -> str:
+    """How the best configuration was ranked (models.shared_seeds), in words."""
+    if not shared:
+        return "the mean over all its seeds (no seed is shared by every configuration)"
+    return f"the mean over seed{'s' if len(shared) > 1 else ''} {', '.join(shared)}, those every configuration ran"
+
+
 def best_summary(runs: list, include_reference: bool = False) -> dict[str, Any]:
     """The best configuration as the sweep reports it (its summary line, its parent run): its
     variant, its mean overall with the 95% half-width and n seeds, and its best seed (the model);
-    {} when no trial finished. The frozen reference competes only with `include_reference`."""
+    how it was ranked (ranked_on: the shared seeds, [] for none; ranked_overall: its mean over
+    them; ranked_by: in words); {} when no trial finished. The frozen reference competes only
+    with `include_reference`."""
     from orchestration.stats import mean_ci
-    from orchestration.track.models import best_configuration
+    from orchestration.track.models import best_configuration, contenders, ranking_mean, shared_seeds
 
     best = best_configuration(runs, include_reference)
     if not best:
         return {}
     mean, half, n = mean_ci(r.data.metrics["overall"] for r in best)
+    shared = shared_seeds(contenders(runs, include_reference))
     top = best[0].data
     return {"variant": top.tags.get("variant", ""), "trial_key": top.tags.get("trial_key"), "overall": mean,
-            "half": half, "n": n, "seed_overall": top.metrics["overall"],
+            "half": half, "n": n, "seed_overall": top.metrics["overall"], "ranked_on": shared,
+            "ranked_overall": ranking_mean(best, shared), "ranked_by": ranked_by(shared),
             "tm": {name: sum(v) / len(v) for name in ("tm_relative_score_compute", "tm_relative_score")
                    if (v := [r.data.metrics[name] for r in best if name in r.data.metrics])}}
 
@@ -148,6 +160,8 @@ def best_model(uri: str, experiment: str, sweep: str | None = None, say=None,
         "reference_overall": reference,
         "reference_beats_all": bool(reference is not None and summary["variant"] != REFERENCE
                                     and reference > summary["overall"]),
+        "ranked_on": summary["ranked_on"], "ranked_overall": summary["ranked_overall"],
+        "ranked_by": summary["ranked_by"],
         "n": summary["n"], "seeds": sorted((r.data.tags.get("seed") for r in best if r.data.tags.get("seed")),
                                             key=lambda s: (len(s), s)),
         "best_seed": {
@@ -170,7 +184,9 @@ def render_text(found: dict[str, Any]) -> str:
     lines = [f"# sweep {found['sweep']} (parent run {found['sweep_run_id']}) in experiment '{found['experiment']}'",
              f"# best configuration {found['configuration']}" + (f": {values}" if values else ""),
              f"#   overall {found['overall']:.4f}{interval} over {found['n']} seed(s) "
-             f"({', '.join(found['seeds'])}), judged by its mean",
+             f"({', '.join(found['seeds'])}); ranked by {found['ranked_by']}"
+             + (f": {found['ranked_overall']:.4f}" if found["ranked_on"] and found["ranked_on"] != found["seeds"]
+                else ""),
              f"# its best seed {seed['trial_key']} (seed {seed['seed']}): overall {seed['overall']:.4f}, "
              f"MLflow run {seed['run_id']}"]
     if found.get("reference_beats_all"):

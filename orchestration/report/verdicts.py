@@ -623,7 +623,9 @@ def rate_caption(rates: Sequence[str], alpha: float = ALPHA) -> str:
 
 def is_open(codes: Any, n: Any, max_seeds: int) -> np.ndarray:
     """The adaptive rule: a claim gets another paired seed while it is undecided (inconclusive,
-    or not run yet) and has fewer than `max_seeds` paired seeds. codes: OUTCOMES indices."""
+    or not run yet) and `n`, the fewest seeds its configurations have run (diverged ones
+    included: a side that always diverges stays not run, and stops at max), is below
+    `max_seeds`. codes: OUTCOMES indices."""
     codes = np.asarray(codes)
     undecided = ~np.isin(codes, [OUTCOMES.index(o) for o in DECIDED])
     return undecided & (np.asarray(n) < max_seeds)

@@ -1031,7 +1031,7 @@ def sweep_summary(runs: list) -> tuple[dict[str, float], dict[str, str]]:
         metrics.update(best_config_overall=best["overall"], best_config_n=float(best["n"]))
         if best["n"] > 1:
             metrics["best_config_overall_ci95"] = best["half"]
-        tags["best_config"] = best["variant"]
+        tags.update(best_config=best["variant"], best_config_ranked_by=best["ranked_by"])
     return metrics, tags
 
 
@@ -1092,6 +1092,8 @@ def _summary(o: SweepOutcome, log: Callable[[str], None]) -> None:
             best = (f"; best configuration {o.best['variant']}: overall {o.best['overall']:.4f} "
                     f"± {o.best['half']:.4f} over {o.best['n']} seeds{tm} (model: its best seed "
                     f"{o.best['trial_key']}, {o.best['seed_overall']:.4f})")
+            if len(o.best.get("ranked_on", range(o.best["n"]))) != o.best["n"]:  # fewer seeds, or none shared
+                best += f", ranked by {o.best['ranked_by']}: {o.best['ranked_overall']:.4f}"
         else:
             best = f"; best overall {o.best['overall']:.4f} ({o.best['trial_key']}{tm})"
     minutes, seconds = divmod(int(o.wall_s), 60)

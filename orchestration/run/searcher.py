@@ -23,25 +23,31 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from orchestration.sweep.labels import STANDS_FOR
+from mtbert.figures import SUMMARY_KEY
+from orchestration.sweep.labels import SINGLE_TASK, STANDS_FOR
 from orchestration.sweep.plan import BASELINE, Planner, trial_key
 
 TM_METRICS = {"tm_relative_score": "tm_time_s", "tm_relative_score_compute": "tm_flops"}
+DELTA_M = "delta_m"  # taken against the single-task trials, as tracking takes it (SeedRounds.delta_m)
 
 
 class SeedRounds:
     """Adaptive seeds over the planned configurations (the baseline and the reference
     included): seeds 0, 1, 2, ... in order, a round at a time (sweeps/README.md).
 
-    When every trial of a round has ended, each claim is decided (verdicts.decide); a claim
-    still undecided with fewer than `max` paired seeds is open, and its two configurations get
-    its next paired seed (a claim on a TM-relative score also the baseline's: the score is taken
-    against the same seed's baseline). A round that does not fit the budget whole takes the
-    open claims in file order while they fit.
+    When every trial of a round has ended, each claim is decided (verdicts.decide) on what its
+    MLflow runs will hold, so that the verdict that stops a claim is the one `mtbert findings`
+    gives it: a claim still undecided while its configurations have run fewer than `max` seeds
+    (diverged ones included) is open, and its two configurations get its next paired seed (a
+    claim on a TM-relative score also the baseline's: the score is taken against the same
+    seed's baseline). A round that does not fit the budget whole takes the open claims in file
+    order while they fit.
 
-    A trial's figure is its best epoch's, as its MLflow run logs it (tracking.trial_figures over
-    the epochs Tune reported). Everything here is plain data, saved with the searcher, so its
-    field names are what a resumed sweep's checkpoint holds."""
+    A trial's figures are its run's (tracking.trial_figures of train()'s summary of the epochs
+    Tune reported; its TM-relative scores and Δm% taken as tracking takes them); a trial that failed to train is diverged by the rule that tags its run
+    (tracking.diverged_reason): left out of a figure's pairs, counted in a claim on the
+    divergence rate. Everything here is plain data, saved with the searcher, so its field names
+    are what a resumed sweep's checkpoint holds."""
 
     def __init__(self, planner: Planner, first: list[dict[str, Any]]):
         from orchestration.sweep.claims import configurations, sides
@@ -63,6 +69,8 @@ class SeedRounds:
         self.shape: dict[str, dict[str, Any]] = {}  # key -> what its figures need of its config
         self.history: dict[str, dict[int, dict[str, float]]] = {}  # key -> epoch -> figures
         self.figures: dict[str, dict[str, float]] = {}  # key -> run figures of a finished trial
+        self.summaries: dict[str, dict[str, float]] = {}  # key -> train()'s summary in its latest report
+        self.diverged: dict[str, str] = {}  # key -> why, of each ended trial that failed to train
         self.rounds: list[dict[str, Any]] = []  # what each round decided, for the record
         self.finished: str | None = None  # why no round follows
         self.extended: list[int] = []  # the earlier maxima of a sweep given more seeds (extend)
@@ -126,6 +134,9 @@ class SeedRounds:
         # A resumed trial reports its epochs again: the latest report of an epoch wins.
         figures = {k: v for k, v in report_figures(result).items() if "/" not in k}  # not Tune's config/...
         self.history.setdefault(key, {})[int(result["epoch"])] = figures
+        summary = result.get(SUMMARY_KEY)
+        if isinstance(summary, dict):  # what tracking logs as the run's figures (tracking.trial_figures)
+            self._field("summaries")[key] = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float))}
 
     def on_complete(self, trial_id: str, result: dict | None, error: bool, planner: Planner) -> None:
         key = self.key_of.get(trial_id)
@@ -134,17 +145,28 @@ class SeedRounds:
         if not error and not (result or {}).get("done"):
             return  # stopped by an interrupt, not ended: `sweep resume` runs it on
         self._clock()
-        if not error:
-            if result:
-                self.on_result(trial_id, result)
-            if self.history.get(key):
-                from orchestration.track.tracking import trial_figures
+        if not error and result:
+            self.on_result(trial_id, result)
+        from orchestration.run.trainable import failure
+        from orchestration.track.tracking import diverged_reason, trial_figures
 
-                self.figures[key] = trial_figures(self.history[key], self.shape[key])[0]
+        history = self.history.get(key, {})
+        final = trial_figures(history, self.shape[key], self._field("summaries").get(key))[0] if history else {}
+        if not error and history:
+            self.figures[key] = final
+        # The rule tracking tags the run by: a failed trial's figures are not read, its reason is.
+        why = diverged_reason(final, {} if error else history, failure(result))
+        if why:
+            self._field("diverged")[key] = why
         self.history.pop(key, None)
+        self._field("summaries").pop(key, None)
         self.outstanding.discard(key)
         if not self.outstanding and not self.queue:
             self._next_round(planner)
+
+    def _field(self, name: str) -> dict:
+        """A field a checkpoint saved before it existed may lack: an empty one then."""
+        return self.__dict__.setdefault(name, {})
 
     # ------------------------------------------------------------------ deciding
 
@@ -153,30 +175,69 @@ class SeedRounds:
         if figures is None:
             return None
         if metric in TM_METRICS:
-            from orchestration.track.tm import trial_tm
+            from orchestration.track.tm import mean_reference, trial_tm
 
+            # As tracking scores the run (tracking._tm, at the sweep's end): against the same
+            # seed's baseline, else the mean of the baselines that finished.
             baseline = self.figures.get(trial_key(BASELINE, seed))
+            if baseline is None:
+                bases = [self.figures[trial_key(BASELINE, s)] for s in range(self.seeds.get(BASELINE, 0))
+                         if trial_key(BASELINE, s) in self.figures]
+                baseline = mean_reference(bases) if bases else None
             return None if baseline is None else trial_tm(figures, baseline, TM_METRICS[metric])
+        if metric == DELTA_M:
+            return self.delta_m(variant, seed, figures)
         return figures.get(metric)
 
+    def delta_m(self, variant: str, seed: int, figures: dict[str, float]) -> float | None:
+        """Δm% as tracking takes it at the sweep's end (tracking._delta_m): against each task's
+        single-task trial of the same seed, else the mean of the task's finished ones."""
+        from orchestration.track.tm import single_task_scores, trial_delta_m
+
+        if self.configs[variant][0] == SINGLE_TASK:
+            return None
+        singles = [(self.shape[key]["tasks"][0], str(s), self.figures[key])
+                   for v, (role, _, _) in self.configs.items() if role == SINGLE_TASK
+                   for s in range(self.seeds[v]) if (key := trial_key(v, s)) in self.figures]
+        single = single_task_scores(singles, self.shape[trial_key(variant, seed)]["tasks"], str(seed), closing=True)
+        return trial_delta_m(figures, single).get("delta_m")
+
     def per_seed(self, variant: str, metric: str) -> dict[int, float]:
-        """seed -> figure of the variant's finished trials; a NaN stays (a run that did not train:
-        the verdict counts it diverged), a figure that cannot be had (a TM score without its
-        seed's baseline) does not."""
+        """seed -> figure of the variant's finished trials, as findings.per_seed reads their runs:
+        a NaN stays (a run that did not train: the verdict counts it diverged), a figure that
+        cannot be had (a TM score without a baseline) does not; for a claim on the divergence
+        rate, 1 for each ended trial that diverged, 0 for each that trained."""
+        from orchestration.report.verdicts import DIVERGED_METRIC
+
+        gone = self.gone(variant)
         out = {}
         for seed in range(self.seeds[variant]):
+            if metric == DIVERGED_METRIC:
+                if seed in gone or trial_key(variant, seed) in self.figures:
+                    out[seed] = float(seed in gone)
+                continue
             value = self.value(variant, seed, metric)
             if value is not None:
                 out[seed] = value
         return out
 
+    def gone(self, variant: str) -> dict[int, str]:
+        """seed -> why, of the variant's trials that failed to train (their runs' `diverged` tag)."""
+        diverged = self._field("diverged")
+        return {seed: diverged[trial_key(variant, seed)] for seed in range(self.seeds[variant])
+                if trial_key(variant, seed) in diverged}
+
     def verdicts(self) -> dict[str, Any]:
-        """Each claim decided on the trials so far, with its share of the sweep's error rate."""
+        """Each claim decided on the trials so far, with its share of the sweep's error rate, as
+        findings.judge_claims decides it on their runs (the same values and diverged seeds)."""
         from orchestration.report.verdicts import claim_alphas, decide
 
-        return {c.name: decide(self.per_seed(self.sides[c.name][0], c.metric),
-                               self.per_seed(self.sides[c.name][1], c.metric), c, alpha)
-                for c, alpha in zip(self.claims, claim_alphas(self.claims))}
+        out = {}
+        for c, alpha in zip(self.claims, claim_alphas(self.claims)):
+            a, b = self.sides[c.name][:2]
+            out[c.name] = decide(self.per_seed(a, c.metric), self.per_seed(b, c.metric), c, alpha,
+                                 diverged_a=self.gone(a), diverged_b=self.gone(b))
+        return out
 
     def _next_round(self, planner: Planner) -> None:
         from orchestration.report.verdicts import OUTCOMES, is_open, next_targets

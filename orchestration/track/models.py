@@ -1,9 +1,9 @@
 """A sweep's models in MLflow: logged after the sweep, and found again by the names it prints.
 
 Logging: the best seed of the best configuration (best_configuration: judged by the mean over
-seeds), or every trial's with `tracking.log_models: all`, logs its bundle to its child run as
-a pyfunc model that takes text (MtbertModel), registered when `tracking.register_model` names
-it. The model carries mtbert's code and, for a slim bundle, its pretrained weights, so that it
+the seeds every configuration ran), or every trial's with `tracking.log_models: all`, logs its
+bundle to its child run as a pyfunc model that takes text (MtbertModel), registered when
+`tracking.register_model` names it. The model carries mtbert's code and, for a slim bundle, its pretrained weights, so that it
 loads where neither is installed.
 
 Finding: what `mtbert predict --model` accepts besides a bundle folder.
@@ -280,26 +280,51 @@ def _requirements() -> list[str]:
     return out
 
 
-def best_configuration(runs: list, include_reference: bool = False) -> list:
-    """The finished runs of the configuration (tag `variant`: one configuration's seeds) with
-    the best mean `overall` over its seeds, its best seed first; [] when none finished.
-    Judged by the mean, not by one lucky seed; with one seed per configuration that is the
-    best run. Ties go to the configuration with more seeds. The frozen reference (role
-    `reference`) is a yardstick, not a contender: left out unless `include_reference`, so the
-    summary line, the parent's best_config tag and the registered model never name it."""
+def contenders(runs: list, include_reference: bool = False) -> dict[str, list]:
+    """variant -> the finished runs with a finite `overall` of each configuration that competes
+    for best. A single-task run never competes (it has one task's head, not a multitask
+    model); the frozen reference (role `reference`) is a yardstick, not a contender: left out
+    unless `include_reference`, so the summary line, the parent's best_config tag and the
+    registered model never name it."""
+    import math
+
     from orchestration.sweep.labels import REFERENCE, SINGLE_TASK
 
     groups: dict[str, list] = {}
     for run in runs:
         role = run.data.tags.get("role")
-        # A single-task run never competes: it has one task's head, not a multitask model.
         if role == SINGLE_TASK or (not include_reference and role == REFERENCE):
             continue
-        if run.info.status == "FINISHED" and "overall" in run.data.metrics:
+        if run.info.status == "FINISHED" and math.isfinite(run.data.metrics.get("overall", math.nan)):
             groups.setdefault(run.data.tags.get("variant") or run.info.run_id, []).append(run)
+    return groups
+
+
+def shared_seeds(groups: dict[str, list]) -> list[str]:
+    """The best configuration's ranking rule: each configuration's mean `overall` over the seeds
+    every competing configuration finished (tag `seed`), so that under adaptive seeds one lucky
+    seed of a configuration decided early does not outrank the seeds all of them ran. [] when
+    no seed is shared: then each is ranked by the mean over all its seeds (best_summary says so)."""
+    seeds = [{r.data.tags.get("seed") for r in group} - {None} for group in groups.values()]
+    return sorted(set.intersection(*seeds), key=lambda s: (len(s), s)) if seeds else []
+
+
+def ranking_mean(group: list, shared: list[str]) -> float:
+    """A configuration's mean overall by shared_seeds' rule: over the shared seeds, else all its own."""
+    values = [r.data.metrics["overall"] for r in group if not shared or r.data.tags.get("seed") in shared]
+    return sum(values) / len(values)
+
+
+def best_configuration(runs: list, include_reference: bool = False) -> list:
+    """The finished runs of the contending configuration (tag `variant`: one configuration's
+    seeds, see contenders) with the best mean `overall` by shared_seeds' rule, its best seed
+    first; [] when none finished. Judged by the mean, not by one lucky seed; with one seed per
+    configuration that is the best run. Ties go to the configuration with more seeds."""
+    groups = contenders(runs, include_reference)
     if not groups:
         return []
-    best = max(groups.values(), key=lambda g: (sum(r.data.metrics["overall"] for r in g) / len(g), len(g)))
+    shared = shared_seeds(groups)
+    best = max(groups.values(), key=lambda g: (ranking_mean(g, shared), len(g)))
     return sorted(best, key=lambda r: -r.data.metrics["overall"])
 
 

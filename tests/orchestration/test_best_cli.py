@@ -63,7 +63,7 @@ def test_best_prints_the_configuration_and_each_name_of_its_model(swept, tmp_pat
     assert "sweep b1: the latest in 'best' with finished trials" in proc.stderr
     out = proc.stdout
     assert f"# best configuration {variant}: sharing.head_regime=" in out
-    assert f"over 2 seed(s)" in out and "judged by its mean" in out
+    assert "over 2 seed(s) (0, 1); ranked by the mean over seeds 0, 1, those every configuration ran\n" in out
     assert f"# its best seed {seed.data.tags['trial_key']} (seed {seed.data.tags['seed']})" in out
     assert f"MLflow run {seed.info.run_id}" in out
     commands = [line for line in out.splitlines() if not line.startswith("#")]
