@@ -64,5 +64,6 @@ def test_the_plans_estimate_is_within_a_factor_of_three_of_the_sweeps_time(tmp_p
     real = re.search(r"^sweep planned FINISHED in (\d+)m(\d\d)s", run.stdout, re.M)
     assert real, run.stdout
     estimate_s, real_s = (int(m[1]) * 60 + int(m[2]) for m in (estimate, real))
-    print(f"sweep plan's estimate {estimate_s} s, the sweep's wall {real_s} s: {estimate_s / real_s:.2f}x")
+    print(f"\n{estimate[0]}...\n{real[0]}\nsweep plan's estimate {estimate_s} s, the sweep's wall {real_s} s: "
+          f"{estimate_s / real_s:.2f}x")
     assert real_s / 3 <= estimate_s <= real_s * 3, (plan.stdout, run.stdout)
