@@ -21,6 +21,10 @@ what a module keeps to itself may change under its users without a word.
 
 Each module is also imported alone in a fresh interpreter, so none relies on another module
 having been imported first, and no module-level cycle hides behind a lucky import order.
+
+No function of mtbert/ and orchestration/ runs past MAX_LINES lines (its `def` to its last
+line) unless it says why in one line: a comment `# long: <why>` on the line above its `def` (or
+above its decorators), or a docstring line `long: <why>`.
 """
 from __future__ import annotations
 
@@ -47,6 +51,8 @@ ALLOWED = {  # room -> the rooms it may import
     "cli": {"sweep", "track", "report", "run"},
 }
 ROOMS = ["sweep", "run", "track", "report"]
+MAX_LINES = 60  # a function's lines, its `def` to its last, past which it says why (LONG)
+LONG = "long:"  # the reason's mark: `# long: <why>` above the def, or `long: <why>` in the docstring
 
 
 # --------------------------------------------------------------------------- the checker
@@ -159,6 +165,29 @@ def import_cycles(graph: dict[str, set[str]]) -> list[str]:
         rest = sorted(members - set(path))
         cycles.append(" -> ".join(path) + (f" (one cycle of the group with {', '.join(rest)})" if rest else ""))
     return cycles
+
+
+def long_functions(modules: dict[str, Path], limit: int = MAX_LINES) -> list[str]:
+    """`path:line: name is N lines` for every function (method, nested one) of `modules` longer
+    than `limit` lines that gives no reason: a `# long: <why>` comment on the line above its
+    `def` or its first decorator, or a `long: <why>` line in its docstring."""
+    found = []
+    for module, path in modules.items():
+        lines = path.read_text().splitlines()
+        where = path.relative_to(path.parents[len(module.split(".")) - 1 + (path.name == "__init__.py")])
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            if length <= limit:
+                continue
+            top = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            above = lines[top - 2].strip() if top >= 2 else ""
+            doc = ast.get_docstring(node) or ""
+            said = [above.removeprefix("#").strip()] + [line.strip() for line in doc.splitlines()]
+            if not any(line.startswith(LONG) and line.removeprefix(LONG).strip() for line in said):
+                found.append(f"{where}:{node.lineno}: {node.name} is {length} lines")
+    return found
 
 
 def _is_third_party(module: str, packages: tuple[str, ...]) -> bool:
@@ -394,3 +423,32 @@ def test_the_checks_find_planted_private_uses(tmp_path):
         "pkg/g.py:9: uses numpy.random._x, private to numpy",
         "pkg/g.py:9: uses torch.nn._reduction, private to torch",
     ]  # not: os._exit (the standard library), dunders, a module's own private names
+
+
+def test_no_long_function_without_a_reason():
+    long = long_functions(modules_of(ROOT))
+    assert not long, (f"functions over {MAX_LINES} lines: split them into named steps, or say why not in "
+                      f"one line (`# {LONG} <why>` above the def):\n" + "\n".join(long))
+
+
+def _body(n: int) -> str:
+    return "".join(f"    x{i} = {i}\n" for i in range(n))
+
+
+def test_the_check_finds_a_planted_long_function(tmp_path):
+    text = ("def short():\n" + _body(MAX_LINES - 1)  # exactly the limit
+            + "\n\ndef long():\n" + _body(MAX_LINES)
+            + "\n\n# long: one table of cases, read top to bottom\n@staticmethod\ndef said():\n" + _body(MAX_LINES)
+            + '\n\ndef in_doc():\n    """What it does.\n\n    long: the reason\n    """\n' + _body(MAX_LINES)
+            + "\n\n# long:\ndef empty_reason():\n" + _body(MAX_LINES)
+            + "\n\nclass C:\n    def method(self):\n" + "".join(f"        y{i} = {i}\n" for i in range(MAX_LINES)))
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "m.py").write_text(text)
+    lines = text.splitlines()
+    assert long_functions(modules_of(tmp_path, ("pkg",))) == [
+        f"pkg/m.py:{lines.index('def long():') + 1}: long is {MAX_LINES + 1} lines",
+        # a mark without a reason
+        f"pkg/m.py:{lines.index('def empty_reason():') + 1}: empty_reason is {MAX_LINES + 1} lines",
+        f"pkg/m.py:{lines.index('    def method(self):') + 1}: method is {MAX_LINES + 1} lines",
+    ]

@@ -615,13 +615,7 @@ def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs
                 scale=1.0 / group_size)
             if step == len(schedule) or step % accum == 0:
                 _update(run.model, run.optimizer, run.scheduler, cfg)
-            real, done = run.model.layer_positions(packed, device, run.start)
-            tally.pad_tokens += done - real
-            tally.all_tokens += done
-            tally.real_tokens += sum(packed.lengths)
-            # A gradient method's extra backward passes and solve count too (weighting/base.py).
-            ledger.flops += (run.model.step_flops(packed, device, run.start)
-                             + run.weighting.extra_flops(run.model, packed, device, run.start))
+            _count_step(run, ledger, tally, packed)
             tally.add(cfg.tasks, batches, raws, step_weights)
             if run.affinity.due(points.before + step):  # its cost counts: its FLOPs join the run's
                 ledger.flops += run.affinity.measure(run.model, run.shared, run.optimizer, run.sizes,
@@ -641,6 +635,19 @@ def _train_epoch(run: _Run, ledger: _Ledger, epoch: int, progress, out: _Outputs
                 out.save_mid(run, ledger, epoch, step, tally, points, start)
                 ledger.timer.__enter__()
     return tally, points
+
+
+def _count_step(run: _Run, ledger: _Ledger, tally: _Tally, packed) -> None:
+    """A step's tokens into the epoch's tally (its real ones, and the positions the encoder's
+    layers computed, padding included) and its FLOPs into the run's count."""
+    device = run.device
+    real, computed = run.model.layer_positions(packed, device, run.start)
+    tally.pad_tokens += computed - real
+    tally.all_tokens += computed
+    tally.real_tokens += sum(packed.lengths)
+    # A gradient method's extra backward passes and solve count too (weighting/base.py).
+    ledger.flops += (run.model.step_flops(packed, device, run.start)
+                     + run.weighting.extra_flops(run.model, packed, device, run.start))
 
 
 # --------------------------------------------------------------------------- the probe, the frozen cache

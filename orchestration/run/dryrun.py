@@ -19,8 +19,10 @@ from orchestration.sweep.spec import Sweep
 # head-only trials on an idle 2-core CPU): a warm trial's slot is ~0.4 s longer than its work
 # (its report, checkpoint and MLflow record), each worker's first trial ~4 s (its imports), and
 # Ray's start and the sweep's closing steps (the best model logged, the leaderboard) a few
-# seconds each. A loaded machine pays several times these: the smoke sweep on a 2-core Xeon
-# at a load of 6 took 230 s against an estimate of 37 s without them.
+# seconds each. A loaded machine pays several times these (they are process starts and
+# imports, which wait for a CPU like any work): the smoke sweep on a 2-core Xeon at a load of 6
+# took 230 s against an estimate of 37 s without them. So they are scaled by the load
+# (load_factor); a trial's own phases are measured at the present load and need no scaling.
 TRIAL_OVERHEAD_S = 0.5
 WORKER_FIRST_S = 4.0
 RAY_START_S = 5.0
@@ -74,6 +76,16 @@ def concurrency(sweep: Sweep, num_cpus: int | None) -> int:
             fit = 0
     limit = sweep.spec.max_concurrent or fit
     return max(1, min(limit, fit))
+
+
+def load_factor() -> float:
+    """How many times an idle machine's fixed costs a sweep pays now: the 1-minute load average
+    per CPU of the machine, 1 where the machine is idle (or its load unknown)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
 
 
 def measure_trial(config: dict[str, Any], threads: int) -> dict[str, float]:
@@ -142,15 +154,17 @@ def plan_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
     if measure and fixed:
         cost = measure_trial(fixed[0]["config"], max(1, int(sweep.spec.resources.cpu)))
         waves = math.ceil(total / at_once)
-        fixed_s = RAY_START_S + WORKER_FIRST_S + CLOSING_S
+        load = load_factor()
+        fixed_s = (RAY_START_S + WORKER_FIRST_S + CLOSING_S) * load
         estimate = cost["data_s"] + cost["cache_s"] + fixed_s + waves * cost["trial_s"]
-        out.update(cost, estimate_s=estimate)
-        log(f"estimate: {_hms(estimate)} for the sweep on an idle machine ({waves} wave(s) of {at_once} trial(s) "
-            f"of about {cost['trial_s']:.0f} s: {cost['steps']} steps of {cost['step_s'] * 1000:.0f} ms, "
-            f"{cost['epochs']} evaluation(s) of {cost['eval_s']:.1f} s, model {cost['model_s']:.1f} s; shared setup "
-            f"{cost['data_s'] + cost['cache_s']:.0f} s; Ray, workers' imports and closing {fixed_s:.0f} s), from "
-            f"{MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early (ASHA, patience) make it "
-            f"shorter, a loaded machine longer")
+        out.update(cost, estimate_s=estimate, load_factor=load)
+        log(f"estimate: {_hms(estimate)} for the sweep at this machine's present load ({waves} wave(s) of "
+            f"{at_once} trial(s) of about {cost['trial_s']:.0f} s: {cost['steps']} steps of "
+            f"{cost['step_s'] * 1000:.0f} ms, {cost['epochs']} evaluation(s) of {cost['eval_s']:.1f} s, model "
+            f"{cost['model_s']:.1f} s; shared setup {cost['data_s'] + cost['cache_s']:.0f} s; Ray, workers' imports "
+            f"and closing {fixed_s:.0f} s" + (f", {load:.1f}x an idle machine's" if load > 1 else "")
+            + f"), from {MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early (ASHA, patience) "
+            "make it shorter, a load that rises longer")
     return out
 
 

@@ -415,7 +415,6 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
     # Expands and validates every grid/random point; under adaptive seeds, says each round.
     searcher = make_searcher(planner, announce=progress)
     total = searcher.total_trials
-    adaptive = sweep.adaptive is not None
     run_name = name or f"{sweep.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     storage_dir = Path(storage).resolve() if storage else runs_dir()
     run_dir = storage_dir / run_name
@@ -424,30 +423,44 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
                          f"`{tool('mtbert')} sweep resume {run_name}` or pick another --name")
     for note in sweep.notes:
         log(note)
-    experiment = sweep.experiment
+    claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
+    files = {"sweep.yaml": sweep.text, "search_space.json": _search_space_doc(sweep, planner),
+             "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
+             **({CLAIMS_FILE: claims_doc} if sweep.claims else {})}
     commit = git_commit()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / RECORD_FILE).unlink(missing_ok=True)  # left by a run of this name that died before Tune saved
-    outage_s = sweep.spec.tracking.outage_s
     # The parent run before the shared setup: the UI shows the sweep RUNNING from its first
     # second (the setup may take many minutes), and the run's duration covers the whole sweep.
-    tracking = SweepTracking.start(uri, experiment, run_name, sweep.name,
+    tracking = SweepTracking.start(uri, sweep.experiment, run_name, sweep.name,
                                    _parent_tags(sweep, planner, run_dir, total), commit, state_dir=run_dir,
-                                   outage_s=outage_s, view=_runs_view(sweep), log=log)
-    plugins = list(sweep.base.get("plugins") or [])
+                                   outage_s=sweep.spec.tracking.outage_s, view=_runs_view(sweep), log=log)
+    setup = _setup_under_parent(tracking, planner, files, storage_dir, address, num_cpus, log, describe=True)
+    state = _sweep_state(sweep, tracking, total, commit, claims_doc)
+    (run_dir / SWEEP_STATE).write_text(json.dumps(state, indent=2))
+    apart = f" (--smoke: apart from '{sweep.experiment.removesuffix(SMOKE_SUFFIX)}')" if sweep.smoke else ""
+    log(f"sweep {run_name}: {_trials_line(sweep, planner, total)}, {sweep.spec.search.algorithm} search, "
+        f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{sweep.experiment}'{apart} "
+        f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
+    return _tune(sweep, searcher, total, run_dir, tracking, state, setup, t_start, log, progress)
+
+
+def _setup_under_parent(tracking: SweepTracking, planner: Planner, files: dict[str, str], storage_dir: Path,
+                        address: str | None, num_cpus: int | None, log: Callable[[str], None],
+                        describe: bool) -> dict[str, float]:
+    """Everything between the parent run's (re)opening and the first trial, under that run
+    (_setup_ends_parent): the parent's `files` logged, the shared setup (_prepare_data), Ray's
+    start and its checks. Their seconds go on the parent (SETUP_TIME: all of them), paid by no
+    trial. `describe`: the sweep's data as the parent's dataset inputs (a new parent's)."""
+    sweep = planner.sweep
     with _setup_ends_parent(tracking):
-        claims_doc = to_doc(sweep.claims, _seeds_design(sweep))
-        tracking.log_parent_artifacts({
-            "sweep.yaml": sweep.text,
-            "search_space.json": _search_space_doc(sweep, planner),
-            "base_config.yaml": yaml.safe_dump(sweep.base, sort_keys=False),
-            **({CLAIMS_FILE: claims_doc} if sweep.claims else {}),
-        })
+        if files:
+            tracking.log_parent_artifacts(files)
         t_setup = time.perf_counter()
         setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
-        # [describe] dataset inputs + data report (synced): read from what the setup prepared
-        tracking.describe_parent(sweep.base)
-        local = _init_ray(address, num_cpus, plugins)
+        if describe:  # [describe] dataset inputs + data report (synced): read from what the setup prepared
+            tracking.describe_parent(sweep.base)
+        local = _init_ray(address, num_cpus, list(sweep.base.get("plugins") or []))
         _check_resources(sweep, local, log)
         if not local:  # every node must see the data, a local model and one shared Tune storage
             from orchestration.run.remote import check_paths_on_nodes, check_shared_storage, input_paths
@@ -456,29 +469,42 @@ def run_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool 
             check_shared_storage(storage_dir)
         setup[SETUP_TIME] = time.perf_counter() - t_setup  # tokenizing, the frozen cache, Ray's start
         tracking.log_parent(setup, {})  # the shared setup's seconds, paid by no trial
-    (run_dir / SWEEP_STATE).write_text(json.dumps({
-        "tracking_uri": uri, "experiment": experiment, "experiment_id": tracking.experiment_id,
+    return setup
+
+
+def _sweep_state(sweep: Sweep, tracking: SweepTracking, total: int, commit: str | None,
+                 claims_doc: str) -> dict[str, Any]:
+    """SWEEP_STATE of a new sweep: how `sweep resume` finds its MLflow runs and goes on."""
+    return {
+        "tracking_uri": tracking.uri, "experiment": sweep.experiment, "experiment_id": tracking.experiment_id,
         "parent_run_id": tracking.parent_run_id, "sweep": sweep.name, "sweep_file": sweep.source,
         "git_commit": commit, "total_trials": total, "metric": sweep.objectives[0][0],
-        "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources), "plugins": plugins,
+        "mode": sweep.objectives[0][1], "resources": asdict(sweep.spec.resources),
+        "plugins": list(sweep.base.get("plugins") or []),
         "log_models": sweep.spec.tracking.log_models, "register_model": sweep.spec.tracking.register_model,
-        "outage_s": outage_s, "adaptive": adaptive, "claims": json.loads(claims_doc),
-        "sweep_text_sha256": hashlib.sha256(sweep.text.encode()).hexdigest(),
-    }, indent=2))
-    trials = (f"{len(planner.fixed_trials())} trials in the first round, up to {total} (seeds "
-              f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)"
-              if adaptive else f"{total} trials ({len(sweep.seeds)} baseline"
-              f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''}"
-              f"{f', {len(sweep.seeds) * len(sweep.single_task)} single-task' if sweep.single_task else ''})")
-    apart = f" (--smoke: apart from '{experiment.removesuffix(SMOKE_SUFFIX)}')" if sweep.smoke else ""
-    log(f"sweep {run_name}: {trials}, {sweep.spec.search.algorithm} search, "
-        f"{sweep.spec.scheduler.type} scheduler | MLflow {uri} experiment '{experiment}'{apart} "
-        f"parent run {tracking.parent_run_id} | Ray storage {run_dir}")
+        "outage_s": sweep.spec.tracking.outage_s, "adaptive": sweep.adaptive is not None,
+        "claims": json.loads(claims_doc), "sweep_text_sha256": hashlib.sha256(sweep.text.encode()).hexdigest(),
+    }
 
-    tuner = _tuner(sweep, searcher, total, run_name, storage_dir, tracking, progress)
-    models = (sweep.spec.tracking.log_models, sweep.spec.tracking.register_model)
-    return _fit(tuner, tracking, run_name, run_dir, experiment, total, t_start, log, models,
-                claims=sweep.claims, adaptive=adaptive, smoke=sweep.smoke, setup=setup)
+
+def _trials_line(sweep: Sweep, planner: Planner, total: int) -> str:
+    """What the sweep will run, for its opening line."""
+    if sweep.adaptive is not None:
+        return (f"{len(planner.fixed_trials())} trials in the first round, up to {total} (seeds "
+                f"{sweep.adaptive.start}..{sweep.adaptive.max} where one of {len(sweep.claims)} claims is open)")
+    return (f"{total} trials ({len(sweep.seeds)} baseline"
+            f"{f', {len(sweep.seeds)} frozen reference' if sweep.reference is not None else ''}"
+            f"{f', {len(sweep.seeds) * len(sweep.single_task)} single-task' if sweep.single_task else ''})")
+
+
+def _tune(sweep: Sweep, searcher, total: int, run_dir: Path, tracking: SweepTracking, state: dict[str, Any],
+          setup: dict[str, float], t_start: float, log: Callable[[str], None], progress: bool) -> SweepOutcome:
+    """A new Tune run of the searcher's trials in `run_dir`, to its end (_fit); `state`: the
+    sweep's SWEEP_STATE, whose models and claims its close takes."""
+    tuner = _tuner(sweep, searcher, total, run_dir.name, run_dir.parent, tracking, progress)
+    models = (state.get("log_models", "best"), state.get("register_model"))
+    return _fit(tuner, tracking, run_dir.name, run_dir, state["experiment"], total, t_start, log, models,
+                claims=sweep.claims, adaptive=sweep.adaptive is not None, smoke=sweep.smoke, setup=setup)
 
 
 def _tuner(sweep: Sweep, searcher, total: int, run_name: str, storage_dir: Path, tracking: SweepTracking,
@@ -619,14 +645,50 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     run as a Tune run of their own in <folder>-seeds<N> (resumable like any), logging under the
     sweep's parent run, which then holds the verdicts, leaderboard and summary of all its trials."""
     from orchestration.report.table import DELTA_TAG, delta_design_tag
-    from orchestration.run.searcher import SweepSearcher
-    from orchestration.sweep.bounds import MAX_SEEDS
     from orchestration.sweep.claims import configurations
 
     t_start = time.perf_counter()
     check_num_cpus(num_cpus)
     run_dir = _find_run_dir(path_or_name, storage)
     state = _read_state(run_dir / SWEEP_STATE)
+    searcher, new_dir = _restored_for_more_seeds(run_dir, state, seeds_max)
+    rounds, sweep = searcher._rounds, searcher.planner.sweep
+    was = rounds.design.max
+    searcher.extend(seeds_max)
+    planner = searcher.planner
+    total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
+    claims_doc = to_doc(sweep.claims, {**_seeds_design(sweep), "extended_from": rounds.extended})
+    tags = {"seeds": f"adaptive {sweep.adaptive.start}..{'..'.join(map(str, rounds.extended))}..{seeds_max}",
+            DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
+                                        sweep.claims[0].looks, "median")}
+    check_tracking(state["tracking_uri"])
+    new_dir.mkdir(parents=True, exist_ok=True)
+    (new_dir / RECORD_FILE).unlink(missing_ok=True)
+    tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
+                             state["sweep"], state.get("git_commit"), state_dir=new_dir,
+                             outage_s=float(state.get("outage_s", 180.0)), run_name=new_dir.name)
+    # The parent RUNNING again before the new seeds' setup, as a new sweep's is (run_sweep).
+    tracking.reopen_parent()
+    if not tracking.flush():
+        raise TrackingUnavailable(_outage_line(tracking, new_dir))
+    setup = _setup_under_parent(tracking, planner, {}, new_dir.parent, address, num_cpus, log, describe=False)
+    # The extended design on the parent once its setup is done: a failed setup extended nothing.
+    tracking.tag_parent(tags)
+    tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
+    state = {**state, "total_trials": total, "claims": json.loads(claims_doc), "extends": run_dir.name}
+    (new_dir / SWEEP_STATE).write_text(json.dumps(state, indent=2))
+    log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
+        f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
+    return _tune(sweep, searcher, total, new_dir, tracking, state, setup, t_start, log, progress)
+
+
+def _restored_for_more_seeds(run_dir: Path, state: dict, seeds_max: int):
+    """(the sweep's searcher as Tune saved it, the folder of its extension to `seeds_max`
+    seeds), or one line saying why the sweep cannot take more seeds (a list of seeds, not
+    ended, not more than it had, a mean's t-interval, an extension already there)."""
+    from orchestration.run.searcher import SweepSearcher
+    from orchestration.sweep.bounds import MAX_SEEDS
+
     if not state.get("adaptive"):
         raise SweepError(f"--seeds-max: sweep {run_dir.name} runs a list of seeds; more seeds are for adaptive "
                          "seeds ({start, max}), whose claims say where they go")
@@ -644,36 +706,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     if (new_dir / "tuner.pkl").exists():
         raise SweepError(f"{new_dir} already holds this extension; continue it with "
                          f"`{tool('mtbert')} sweep resume {new_dir.name} --storage {new_dir.parent}`")
-    was = rounds.design.max
-    searcher.extend(seeds_max)
-    planner = searcher.planner
-    total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
-    check_tracking(state["tracking_uri"])
-    setup = _prepare_data(planner, log, frozen=not (address or os.environ.get("RAY_ADDRESS")))
-    if not _init_ray(address, num_cpus, state.get("plugins", [])):
-        from orchestration.run.remote import check_shared_storage
-
-        check_shared_storage(run_dir.parent)
-    new_dir.mkdir(parents=True, exist_ok=True)
-    (new_dir / RECORD_FILE).unlink(missing_ok=True)
-    tracking = SweepTracking(state["tracking_uri"], state["experiment_id"], state["parent_run_id"],
-                             state["sweep"], state.get("git_commit"), state_dir=new_dir,
-                             outage_s=float(state.get("outage_s", 180.0)), run_name=new_dir.name)
-    tracking.reopen_parent()
-    claims_doc = to_doc(sweep.claims, {**_seeds_design(sweep), "extended_from": rounds.extended})
-    tracking.tag_parent({"seeds": f"adaptive {sweep.adaptive.start}..{'..'.join(map(str, rounds.extended))}"
-                                  f"..{seeds_max}",
-                         DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
-                                                     sweep.claims[0].looks, "median")})
-    tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
-    (new_dir / SWEEP_STATE).write_text(json.dumps({**state, "total_trials": total, "claims": json.loads(claims_doc),
-                                                  "extends": run_dir.name}, indent=2))
-    log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
-        f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
-    tuner = _tuner(sweep, searcher, total, new_dir.name, new_dir.parent, tracking, progress)
-    models = (state.get("log_models", "best"), state.get("register_model"))
-    return _fit(tuner, tracking, new_dir.name, new_dir, state["experiment"], total, t_start, log, models,
-                claims=sweep.claims, adaptive=True, smoke=sweep.smoke, setup=setup)
+    return searcher, new_dir
 
 
 def _flat_names() -> None:
@@ -710,61 +743,24 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     status = "FAILED"
     results = None
     judged: list[str] = []
-    handlers = {sig: signal.getsignal(sig) for sig in GROUP_SIGNALS}
+    handlers = {sig: signal.getsignal(sig) for sig in GROUP_SIGNALS}  # as they were before Tune ran
     hold_reserve(run_dir)
     try:
         with _without_ray_resume_hint(tracking):
             results = tuner.fit()
-        ended = results.num_terminated + results.num_errors
-        reason = tracking.record.stop_reason
-        # Tune returns normally after a Ctrl-C too, with trials left unfinished.
-        complete = ended >= (len(results) if adaptive else total)
-        status = "FINISHED" if complete and reason is None else "KILLED"
-        if status == "KILLED" and reason not in ("tracking outage", STORAGE_FULL):
-            # No count here: the summary line below counts the trials once, from the store.
-            log(f"interrupted ({reason or 'stopped'}); continue with `{_resume_command(run_dir)}`")
+        status = _fit_status(results, tracking, total, adaptive, run_dir, log)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     except Exception as exc:
-        killed = _memory_monitor_kill(exc)
-        if _storage_full(tracking, run_dir):
-            status = "KILLED"  # Tune's own results are unreadable on the full disk; the line below says it
-        elif killed is not None:
-            # Tune 2.60 lets a trial's OutOfMemoryError escape fit() (wrapped in a RuntimeError)
-            # when the monitor kills a worker at some moments: the sweep stops as for a Ctrl-C,
-            # its running trials KILLED with this reason, and resume continues them.
-            status = "KILLED"
-            tracking.record.stop_reason = killed
-            log(f"{killed}; the sweep stopped and Ray Tune kept it: `{_resume_command(run_dir)}` (with fewer "
-                "trials at once, max_concurrent, or more memory)")
-        elif _is_tracking_error(exc):
-            raise TrackingUnavailable(
-                f"tracking store {tracking.uri} failed mid-sweep ({first_line(exc, 200)}); Ray Tune saved "
-                f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
-        else:
+        stopped = _stopped_status(exc, tracking, run_dir, log)
+        if stopped is None:
             raise
+        status = stopped
     finally:
-        # The close (runs ended, models, tables, verdicts) takes seconds: a SIGTERM or SIGHUP now (a
-        # SLURM job's time limit or preemption, a stop sent as the last trial ended) waits for it,
-        # instead of leaving the parent run RUNNING. Ctrl-C still interrupts it.
-        late: list[int] = []
-        try:
-            for sig in handlers:
-                signal.signal(sig, lambda signum, frame: late.append(signum))
-        except ValueError:  # not the main thread: no handlers to set
-            pass
-        release_reserve(run_dir)
-        try:
+        with _signals_wait_for_close(handlers, log):
+            release_reserve(run_dir)
             _close(tracking, results, status, log, run_dir, models, experiment, claims or [], judged, smoke)
-        finally:
-            try:
-                for sig, handler in handlers.items():
-                    signal.signal(sig, handler)
-            except ValueError:
-                pass
-            if late:
-                log(f"{signal.Signals(late[0]).name} while the sweep closed: it closed first")
     if tracking.record.full is not None:
         free, need = tracking.record.full
         tracking.release()
@@ -780,6 +776,65 @@ def _fit(tuner, tracking: SweepTracking, run_name: str, run_dir: Path, experimen
     tracking.release()
     _summary(outcome, log)
     return outcome
+
+
+def _fit_status(results, tracking: SweepTracking, total: int, adaptive: bool, run_dir: Path,
+                log: Callable[[str], None]) -> str:
+    """How a Tune run that returned ended: FINISHED when every trial ended and nothing stopped
+    the sweep, else KILLED (Tune returns normally after a Ctrl-C too, with trials unfinished)."""
+    ended = results.num_terminated + results.num_errors
+    reason = tracking.record.stop_reason
+    complete = ended >= (len(results) if adaptive else total)
+    status = "FINISHED" if complete and reason is None else "KILLED"
+    if status == "KILLED" and reason not in ("tracking outage", STORAGE_FULL):
+        # No count here: the summary line counts the trials once, from the store.
+        log(f"interrupted ({reason or 'stopped'}); continue with `{_resume_command(run_dir)}`")
+    return status
+
+
+def _stopped_status(exc: Exception, tracking: SweepTracking, run_dir: Path, log: Callable[[str], None]) -> str | None:
+    """KILLED where the error `exc` that Tune raised stopped a sweep that can go on (a full
+    disk, a worker that Ray's memory monitor killed); one line for the store's; else None."""
+    killed = _memory_monitor_kill(exc)
+    if _storage_full(tracking, run_dir):
+        return "KILLED"  # Tune's own results are unreadable on the full disk; _fit's line says it
+    if killed is not None:
+        # Tune 2.60 lets a trial's OutOfMemoryError escape fit() (wrapped in a RuntimeError)
+        # when the monitor kills a worker at some moments: the sweep stops as for a Ctrl-C,
+        # its running trials KILLED with this reason, and resume continues them.
+        tracking.record.stop_reason = killed
+        log(f"{killed}; the sweep stopped and Ray Tune kept it: `{_resume_command(run_dir)}` (with fewer "
+            "trials at once, max_concurrent, or more memory)")
+        return "KILLED"
+    if _is_tracking_error(exc):
+        raise TrackingUnavailable(
+            f"tracking store {tracking.uri} failed mid-sweep ({first_line(exc, 200)}); Ray Tune saved "
+            f"the sweep: `{_resume_command(run_dir)}` once the store is back") from None
+    return None
+
+
+@contextmanager
+def _signals_wait_for_close(handlers: dict, log: Callable[[str], None]):
+    """The close (runs ended, models, tables, verdicts) takes seconds: a SIGTERM or SIGHUP during
+    it (a SLURM job's time limit or preemption, a stop sent as the last trial ended) waits for
+    it, instead of leaving the parent run RUNNING. Ctrl-C still interrupts it. `handlers`
+    (signal -> handler) are set back after."""
+    late: list[int] = []
+    try:
+        for sig in handlers:
+            signal.signal(sig, lambda signum, frame: late.append(signum))
+    except ValueError:  # not the main thread: no handlers to set
+        pass
+    try:
+        yield
+    finally:
+        try:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        except ValueError:
+            pass
+        if late:
+            log(f"{signal.Signals(late[0]).name} while the sweep closed: it closed first")
 
 
 def _storage_full(tracking: SweepTracking, run_dir: Path) -> bool:

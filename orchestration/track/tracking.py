@@ -830,24 +830,9 @@ class SweepTracking:
             status, log, config = t["status"], t["log"], t["config"]
         client, run_id = self.client, sent["run"]
         if not sent.get("based"):
-            from mtbert.config import flatten
-
-            have = found.get("params", [])
-            params = [[k, str(v)[:6000]] for k, v in sorted(flatten(config["config"]).items()) if k not in have]
-            _log_batch(client, run_id, [], [], params)
-            import yaml
-
-            # `mtbert train --config config.yaml` re-runs this trial exactly.
-            client.log_text(run_id, yaml.safe_dump(config["config"], sort_keys=False), "config.yaml")
-            describe_run(client, run_id, config["config"])  # [describe] its data
-            record.change({"k": key, "sent": {"based": True}})
+            self._send_config(key, run_id, config["config"], found.get("params", []))
         now = int(time.time() * SECONDS)
-        # [system] system/* keep MLflow's names (the run's System metrics tab)
-        batch = [[k if k.startswith(SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
-                 for n, m in sorted(epochs.items()) for k, v in m.items()]
-        # The epochs' step-level losses in the same calls, at the run's global step.
-        batch += [[STEP_PREFIX + k, v, now, at] for n in sorted(steps) for k, series in steps[n].items()
-                  for at, v in series]
+        batch = _epoch_batch(epochs, steps, now)
         new_tags, new_metrics = _unsent(sent, tags, metrics)
         # Epochs and the end in calls of their own, however the changes fell between syncs:
         # a trial's call count depends on its record only (mlflow_calls.json).
@@ -870,9 +855,31 @@ class SweepTracking:
                          *(n - 1 for n, m in epochs.items() if _retrained(m, t["epochs"].get(n))))
             record.change({"k": key, "sent": {"cursor": cursor, "files": files, "status": status,
                                               "tags": new_tags, "metrics": new_metrics}})
-        if ending and config.get("variant"):  # its configuration's mean and interval take it in
+        if ending:
+            self._mark_dependents(key, config, status)
+
+    def _send_config(self, key: str, run_id: str, config: dict[str, Any], have: list[str]) -> None:
+        """A trial run's params (those it lacks of its flattened config), its config.yaml and
+        data description: once per run."""
+        import yaml
+
+        from mtbert.config import flatten
+
+        params = [[k, str(v)[:6000]] for k, v in sorted(flatten(config).items()) if k not in have]
+        _log_batch(self.client, run_id, [], [], params)
+        # `mtbert train --config config.yaml` re-runs this trial exactly.
+        self.client.log_text(run_id, yaml.safe_dump(config, sort_keys=False), "config.yaml")
+        describe_run(self.client, run_id, config)  # [describe] its data
+        self.record.change({"k": key, "sent": {"based": True}})
+
+    def _mark_dependents(self, key: str, config: dict[str, Any], status: str) -> None:
+        """The runs an ended trial changes, to be synced: its configuration's (its mean and
+        interval take it in) and, for a finished baseline, its seed's finished trials (their TM
+        scores are against it)."""
+        record = self.record
+        if config.get("variant"):
             record.syncer.mark(CONFIG_PREFIX + config["variant"])
-        if config.get("role") == "baseline" and status == "FINISHED":  # its seed's trials get their TM scores
+        if config.get("role") == "baseline" and status == "FINISHED":
             seed = str(config.get("seed"))
             record.syncer.mark(*[k for k, o in record.trials.items() if k != key and o["status"] == "FINISHED"
                                  and str(o["config"].get("seed")) == seed])
@@ -1048,6 +1055,16 @@ def tm_scores(trial: dict[str, float], reference: dict[str, float], ref_name: st
     if compute is not None:
         out["tm_relative_score_compute"] = compute
     return out
+
+
+def _epoch_batch(epochs: dict[int, dict[str, float]], steps: dict[int, dict[str, list]], now: int) -> list:
+    """The metrics of a trial's new epochs for a log_batch: each figure as epoch/<name> at its
+    epoch, and the epochs' step-level losses (step/<name>) at the run's global step."""
+    # [system] system/* keep MLflow's names (the run's System metrics tab)
+    batch = [[k if k.startswith(SYSTEM_PREFIX) else EPOCH_PREFIX + k, v, now, n]
+             for n, m in sorted(epochs.items()) for k, v in m.items()]
+    return batch + [[STEP_PREFIX + k, v, now, at] for n in sorted(steps) for k, series in steps[n].items()
+                    for at, v in series]
 
 
 def _set_status(client, run_id: str, status: str) -> None:

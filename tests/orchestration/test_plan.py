@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from .conftest import run_cli
+import pytest
+
+from .conftest import SWEEPS, run_cli
 
 
 def test_plan_lists_what_would_run_and_estimates_its_time_without_ray_or_a_store(sweep_file, tmp_path):
@@ -24,7 +26,8 @@ def test_plan_lists_what_would_run_and_estimates_its_time_without_ray_or_a_store
     clamps = next(line for line in lines if line.startswith("--smoke would clamp"))
     assert "train.batch_size: 8 -> " not in clamps and "num_samples" not in clamps  # already small: kept
     estimate = next(line for line in lines if line.startswith("estimate: "))
-    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep on an idle machine \(3 wave\(s\) of 2 trial\(s\) "
+    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep at this machine's present load \(3 wave\(s\) of 2 "
+                     r"trial\(s\) "
                      r"of about (\d+) s: "
                      r"8 steps of \d+ ms, 2 evaluation\(s\)", estimate)
     assert match, estimate
@@ -42,3 +45,25 @@ def test_plan_without_measuring_names_every_key_smoke_would_clamp(sweep_file, tm
     for change in ("train.epochs: 5 -> 2", "train.batch_size: 16 -> 8", "seeds: [0, 1, 2] -> [0]"):
         assert change in clamps, clamps
     assert "estimate" not in out.stdout
+
+
+@pytest.mark.slow
+def test_the_plans_estimate_is_within_a_factor_of_three_of_the_sweeps_time(tmp_path):
+    """The smoke sweep (tiny encoder, synthetic data) planned, then run as planned: the plan's
+    estimate and the sweep's own wall time (its summary line) within a factor of 3 either way,
+    on whatever load the machine carries (the estimate scales its fixed costs by it)."""
+    args = [str(SWEEPS / "smoke.yaml"), "--smoke", "--num-cpus", "2"]
+    plan = run_cli(["sweep", "plan", *args], cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    estimate = re.search(r"^estimate: (\d+)m(\d\d)s .*$", plan.stdout, re.M)
+    assert estimate, plan.stdout
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = run_cli(["sweep", "run", *args, "--tracking-uri", uri, "--storage", str(tmp_path / "runs"),
+                   "--name", "planned"], cwd=tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    real = re.search(r"^sweep planned FINISHED in (\d+)m(\d\d)s", run.stdout, re.M)
+    assert real, run.stdout
+    estimate_s, real_s = (int(m[1]) * 60 + int(m[2]) for m in (estimate, real))
+    print(f"\n{estimate[0]}\n{real[0]}\nsweep plan's estimate {estimate_s} s, the sweep's wall {real_s} s: "
+          f"{estimate_s / real_s:.2f}x")
+    assert real_s / 3 <= estimate_s <= real_s * 3, (plan.stdout, run.stdout)

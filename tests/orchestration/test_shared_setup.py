@@ -159,3 +159,45 @@ def test_a_sweeps_setups_compute_their_shared_frozen_layers_once(tmp_path, monke
     for trial in Planner(load_sweep(path)).fixed_trials():
         cfg = build_config(trial["config"], {"data.cache_dir": str(tmp_path / f"alone{trial['key']}")})
         assert train(cfg, log=None).metrics["overall"] == trained[str(cfg.freeze.layers)], trial["key"]
+
+
+def test_more_seeds_reopen_the_parent_before_their_setup(tmp_path, monkeypatch, local_ray):
+    """`sweep resume NAME --seeds-max N` (extend_sweep) as `sweep run`: the finished sweep's
+    parent is RUNNING again before the new seeds' shared setup starts, a setup that fails ends
+    it FAILED with the error (and the extension can be started again), and the setup's seconds
+    are logged on it once more (setup_time_s: a point per setup)."""
+    from .test_more_seeds_cli import SWEEP
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = write_sweep(tmp_path / "more.yaml", **{**SWEEP, "tracking": {"experiment": "more", "log_models": "none"}})
+    quiet = dict(storage=tmp_path / "runs", log=lambda _m: None)
+    assert launch.run_sweep(path, tracking_uri=uri, name="more", progress=False, **quiet).status == "FINISHED"
+    real, seen = launch._prepare_data, {}
+
+    def broken(planner, log, frozen=True):
+        seen["broken"] = [p.info.status for p in _parent(uri, "more")]
+        raise OSError("no space left on device: the frozen-layer cache")
+
+    monkeypatch.setattr(launch, "_prepare_data", broken)
+    with pytest.raises(OSError, match="no space left"):
+        launch.extend_sweep("more", 3, **quiet)
+    (parent,) = _parent(uri, "more")
+    assert seen["broken"] == ["RUNNING"] and parent.info.status == "FAILED"
+    assert parent.data.tags["error"] == "no space left on device: the frozen-layer cache"
+    assert parent.data.tags["seeds"] == "adaptive 1..2"  # a failed setup extended nothing
+
+    def watched(planner, log, frozen=True):
+        seen["status"] = [p.info.status for p in _parent(uri, "more")]
+        time.sleep(1.0)  # a setup long enough to show
+        return real(planner, log, frozen)
+
+    monkeypatch.setattr(launch, "_prepare_data", watched)
+    outcome = launch.extend_sweep("more", 3, progress=False, **quiet)
+    assert outcome.status == "FINISHED" and outcome.setup["setup_time_s"] >= 1.0
+    assert seen["status"] == ["RUNNING"]
+    (parent,) = _parent(uri, "more")
+    assert parent.info.status == "FINISHED" and parent.data.tags["seeds"] == "adaptive 1..2..3"
+    history = MlflowClient(uri).get_metric_history(parent.info.run_id, "setup_time_s")
+    assert len(history) == 2
+    assert max(history, key=lambda m: m.timestamp).value == pytest.approx(outcome.setup["setup_time_s"])
