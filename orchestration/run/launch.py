@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import socket
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -234,9 +235,10 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
         # Ray says at every start of a local cluster that token authentication is on (the
         # default); this one lives and dies with the sweep, so the notice is noise there.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    start = lambda: ray.init(address=address or "local",  # noqa: E731
+                             runtime_env={"py_modules": modules} if modules else None, **local, **common)
     with _signals_stay_with_driver(local=not address):
-        ray.init(address=address or "local", runtime_env={"py_modules": modules} if modules else None,
-                 **local, **common)
+        _start_local_ray(start) if not address else start()
     if not address:
         import atexit
 
@@ -244,6 +246,31 @@ def _init_ray(address: str | None, num_cpus: int | None, plugins: list[str] = ()
 
         atexit.register(stop_local_ray)  # before Ray's own exit handler, which then has nothing to do
     return not address
+
+
+RAY_START_TRIES = 2  # a local Ray's start that timed out is tried once more
+
+
+def _start_local_ray(start) -> None:
+    """Start a local Ray, once more if its start timed out: Ray gives its raylet a fixed 30 s
+    to register, which a machine busy with other work can miss; a second miss is one line."""
+    import ray
+
+    for attempt in range(1, RAY_START_TRIES + 1):
+        try:
+            start()
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc):
+                raise
+            ray.shutdown()
+            load = os.getloadavg()[0]
+            if attempt == RAY_START_TRIES:
+                raise SweepError(f"the local Ray did not start: its raylet missed Ray's 30 s to register "
+                                 f"{RAY_START_TRIES} times (load average {load:.0f} on {os.cpu_count()} CPUs); "
+                                 "run again when the machine is less busy") from None
+            print(f"the local Ray's start timed out (load average {load:.0f} on {os.cpu_count()} CPUs); "
+                  "starting it once more", file=sys.stderr, flush=True)
 
 
 @contextmanager
