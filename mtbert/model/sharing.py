@@ -56,7 +56,10 @@ class SharingConfig:
         """`sharing.<key>`; a plugin regime's key on a section built before it registered is off."""
         if hasattr(self, key):
             return getattr(self, key)
-        return next(r.off[key] for r in regimes() if key in r.off)
+        for r in regimes():
+            if key in r.off:
+                return r.off[key]
+        raise KeyError(f"sharing.{key}: no registered regime owns it")
 
     def check(self, cfg: Any) -> None:
         """Every regime's checks, against the rest of the config `cfg` (tasks, pairs.encoding)."""
@@ -98,8 +101,9 @@ def rebuild_sharing(values: dict) -> SharingConfig:
 
 class Regime:
     """One sharing regime. Subclasses set `name` and `off`, override what they change, and
-    register with register_regime (in that order they are checked, built and labelled). Class methods throughout: a regime has no state of its
-    own, only the `sharing:` values it reads."""
+    register with register_regime; regimes are checked and built in the order they register.
+    Class methods throughout: a regime has no state of its own, only the `sharing:` values it
+    reads."""
     name: ClassVar[str] = ""
     Settings: ClassVar[type] = Settings  # the registry's slot for a component's settings: none here
     # The keys a plugin regime adds under `sharing:` and their types (the built-in regimes' keys

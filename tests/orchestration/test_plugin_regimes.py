@@ -66,7 +66,7 @@ def test_a_plugin_regime_changes_the_model(plugin_dir):
 def test_a_plugin_regime_and_a_plugin_gradient_method_are_swept(plugin_dir):
     write_sweep(plugin_dir / "plugins.yaml", name="plugins",
                 base={"plugins": ["myregime", "mygradient"], "sharing": {"encoder_shared_layers": 0},
-                      "loss": {"weighting": "unit_norm"}},
+                      "loss": {"weighting": "unit_norm"}, "sampling": {"strategy": "tuple"}},  # every task each step
                 space={"sharing.tied_top": [False, True], "loss.weighting": ["static", "unit_norm"]},
                 max_concurrent=1, tracking={"log_models": "none"})
     proc = run_cli(["sweep", "run", "plugins.yaml", "--num-cpus", "1"], cwd=plugin_dir, timeout=600)
