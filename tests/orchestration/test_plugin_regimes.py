@@ -84,4 +84,4 @@ def test_a_plugin_regime_and_a_plugin_gradient_method_are_swept(plugin_dir):
         assert runs[("True", method)]["params_total"] < runs[("False", method)]["params_total"]
     for tied in ("False", "True"):  # per-task gradients: a backward pass per task, counted
         assert runs[(tied, "unit_norm")]["train_flops"] > runs[(tied, "static")]["train_flops"]
-        assert runs[(tied, "unit_norm")]["weight_sst"] != runs[(tied, "static")]["weight_sst"]
+        assert runs[(tied, "unit_norm")]["epoch/weight_sst"] != runs[(tied, "static")]["epoch/weight_sst"]
