@@ -47,14 +47,14 @@ def _move_in(partial: Path, out: Path) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from mtbert.config import REFERENCE_OVERRIDES, load_config
+    from mtbert.config import load_config, reference_settings
     from mtbert.model.encoder import check_against_encoder
     from mtbert.train.loop import train
     from mtbert.train.progress import ProgressBar
     from mtbert.train.state import CHECKPOINT_STATE
 
     # --reference: the frozen encoder with linear heads; --set still wins over it.
-    reference = [f"{k}={v if v is not None else 'null'}" for k, v in REFERENCE_OVERRIDES.items()]
+    reference = [f"{k}={v if v is not None else 'null'}" for k, v in reference_settings().items()]
     cfg = load_config(args.config, (reference if args.reference else []) + list(args.set))
     check_against_encoder(cfg)  # depth-dependent keys fail before data is read
     out = Path(args.output)

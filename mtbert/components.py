@@ -101,6 +101,8 @@ class Registry(dict):
 
 
 # The component slots of the config, one line each. Weighting methods: mtbert/train/weighting/;
-# sampling strategies: mtbert/data/samplers.py.
+# sampling strategies: mtbert/data/samplers.py. Sharing regimes (mtbert/model/sharing.py) are
+# not chosen by one key: every registered regime owns keys under `sharing:`.
 WEIGHTINGS = Registry("loss.weighting", "method", builtins="mtbert.train.weighting", default="static")
 SAMPLERS = Registry("sampling.strategy", "strategy", builtins="mtbert.data.samplers", default="round_robin")
+REGIMES = Registry("sharing", "regime", builtins="mtbert.model.sharing", default="heads")

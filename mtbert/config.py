@@ -30,7 +30,7 @@ import yaml
 from mtbert.components import SAMPLERS, WEIGHTINGS, Registry, Settings
 from mtbert.data.samplers import SamplingConfig
 from mtbert.errors import ConfigError, did_you_mean
-from mtbert.model.sharing import SharingConfig
+from mtbert.model.sharing import SharingConfig, off_values
 
 
 # --------------------------------------------------------------------------- schema
@@ -488,6 +488,8 @@ def _build_dataclass(tp, value: Any, path: str):
     value = {} if value is None else value
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+    # A section that plugins add keys to (sharing: a plugin regime's) is built with those keys.
+    tp = getattr(tp, "with_plugin_keys", lambda: tp)()
     hints = typing.get_type_hints(tp, include_extras=True)
     names = [f.name for f in dataclasses.fields(tp)]
     kwargs = {}
@@ -851,13 +853,14 @@ def import_plugins(names: list[str]) -> list[types.ModuleType]:
     return modules
 
 
-# The frozen reference: the encoder as it came, every layer frozen, with linear heads on top.
-# A fine-tuned row that scores below it has lost what the encoder knew. `mtbert train
-# --reference` and a sweep's `reference: true` apply these over the config.
-REFERENCE_OVERRIDES = {"freeze.layers": -1, "sharing.head_regime": "none", "sharing.encoder_shared_layers": None,
-                       "sharing.cascade": "none", "sharing.pal_size": 0, "loss.smart.weight": 0.0,
-                       "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
-                       "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
+def reference_settings() -> dict[str, Any]:
+    """The frozen reference: the encoder as it came, every layer frozen, with linear heads on
+    top. A fine-tuned row that scores below it has lost what the encoder knew. `mtbert train
+    --reference` and a sweep's `reference: true` apply these over the config: every sharing
+    regime registered so far off (a plugin's too, once imported), then the rest."""
+    return {"freeze.layers": -1, **off_values(), "loss.smart.weight": 0.0,
+            "heads.dropout": 0.0, "heads.pooled_layernorm": False, "pairs.encoding": "bi",
+            "optim.schedule": "constant", "optim.warmup": 0.0, "train.epochs": 10, "train.patience": 2}
 
 
 def resolve(cfg: Config) -> Config:
@@ -984,7 +987,7 @@ def validate(cfg: Config) -> None:
                               f"known: {', '.join(TASKS)}")
     if len(set(cfg.tasks)) != len(cfg.tasks):
         raise ConfigError(f"tasks: duplicate task in {cfg.tasks}")
-    cfg.sharing.check(cfg.tasks, cfg.pairs.encoding)
+    cfg.sharing.check(cfg)
     cfg.heads.check(cfg.tasks)
     for t, opts in cfg.task_options.items():
         _check_task_key("task_options", t, cfg.tasks)

@@ -1,5 +1,5 @@
 """The sources of plug-in components with a setting of their own (a loss-weighting method, a
-sampling strategy), written into a module by the tests that load them as a user would
+sampling strategy, a sharing regime), written into a module by the tests that load them as a user would
 (`plugins: [<module>]`), and what their fixtures share: writing one, then forgetting it."""
 import sys
 import textwrap
@@ -62,6 +62,43 @@ GRADIENT_PLUGIN = textwrap.dedent('''
 
 
     register_weighting(UnitNorm)
+''')
+
+# A sharing regime from outside the package, in one file: its key, off value, load-time check,
+# label and the model change (each task's top encoder layer made one module, over private
+# layers below it: a shared top on private middles).
+REGIME_PLUGIN = textwrap.dedent('''
+    from mtbert.components import require
+    from mtbert.errors import ConfigError
+    from mtbert.model.sharing import Regime, register_regime
+
+
+    class TiedTop(Regime):
+        """The tasks' top encoder layers, one module: private layers below a shared top."""
+        name = "tied_top"
+        keys = {"tied_top": bool}
+        off = {"tied_top": False}
+        short = {"tied_top": "tied"}
+
+        @classmethod
+        def check(cls, sharing, cfg):
+            require(not sharing.value("tied_top") or sharing.encoder_shared_layers is not None,
+                    "sharing.tied_top: ties the tasks' private top layers; set sharing.encoder_shared_layers "
+                    "below the encoder's depth")
+
+        @classmethod
+        def build(cls, model, sharing):
+            if not sharing.value("tied_top"):
+                return
+            first, *others = model.task_layers.values()
+            if not len(first):
+                raise ConfigError("sharing.tied_top: no private encoder layer to tie "
+                                  f"(sharing.encoder_shared_layers is all {model.num_layers})")
+            for layers in others:
+                layers[-1] = first[-1]
+
+
+    register_regime(TiedTop)
 ''')
 
 SAMPLING_PLUGIN = textwrap.dedent('''

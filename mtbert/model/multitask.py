@@ -27,6 +27,7 @@ from mtbert.model.bert import additive_mask
 from mtbert.model.dropout import cheapen
 from mtbert.model.encoder import load_encoder
 from mtbert.model.heads import Heads
+from mtbert.model.sharing import regimes
 from mtbert.tasks import TaskSpec, get_task
 
 
@@ -156,7 +157,7 @@ class MultitaskModel(nn.Module):
         self.tasks: list[TaskSpec] = [get_task(t) for t in cfg.tasks]
         self.encoding = cfg.pairs.encoding
         # The config's own checks (a config built by hand has not been through them).
-        cfg.sharing.check(cfg.tasks, cfg.pairs.encoding)
+        cfg.sharing.check(cfg)
         check_heads(cfg)
         # Tasks whose head is the cosine of the two sentence vectors (task_options.<t>.head,
         # or sts.head for sts): bi-encoded regression pairs, as check_heads made sure.
@@ -175,13 +176,10 @@ class MultitaskModel(nn.Module):
         self._share_encoder(enc, cfg)
         hidden = enc.config.hidden_size
         self.pooled_norm = nn.LayerNorm(hidden, eps=1e-12) if cfg.heads.pooled_layernorm else nn.Identity()
-        self.pals = None
-        if cfg.sharing.pal_size > 0:
-            from mtbert.model.pal import ProjectedAttention, pal_heads
-            # As many heads as the encoder has, or the largest count that divides d_s.
-            heads = pal_heads(cfg.sharing.pal_size, enc.config.num_attention_heads)
-            self.pals = nn.ModuleDict({t.name: ProjectedAttention(hidden, cfg.sharing.pal_size, self.num_layers, heads)
-                                       for t in self.tasks})
+        self.pals = None  # per-task projected attention beside each layer (the pal regime's)
+        self.sharing = cfg.sharing
+        for regime in regimes():  # what each sharing regime adds to or ties in the split encoder
+            regime.build(self, cfg.sharing)
         self._add_heads(cfg, hidden)
         self._freeze(cfg.freeze.layers)
         self.train()  # frozen modules start in eval mode too
@@ -299,9 +297,9 @@ class MultitaskModel(nn.Module):
         return self.shared_layers[i] if i < self.k else next(iter(self.task_layers.values()))[i - self.k]
 
     def cache_safe(self) -> bool:
-        """Whether the frozen layers' outputs depend on the input alone. PALs add a trainable
-        term inside every layer, frozen or not, so nothing below them is fixed."""
-        return self.frozen_depth > 0 and self.pals is None
+        """Whether the frozen layers' outputs depend on the input alone: each sharing regime
+        says (PALs add a trainable term inside every layer, frozen or not)."""
+        return self.frozen_depth > 0 and self.sharing.cache_safe()
 
     def shared_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters used by more than one task (what PCGrad projects)."""

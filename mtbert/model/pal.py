@@ -22,6 +22,13 @@ def pal_heads(d_s: int, max_heads: int) -> int:
     return max(h for h in range(1, max(1, min(max_heads, d_s)) + 1) if d_s % h == 0)
 
 
+def task_pals(tasks: list[str], d_model: int, d_s: int, num_layers: int, encoder_heads: int) -> nn.ModuleDict:
+    """One PAL stack per task, with as many heads as the encoder has, or the largest count
+    that divides d_s (the pal sharing regime's modules, model/sharing.py)."""
+    heads = pal_heads(d_s, encoder_heads)
+    return nn.ModuleDict({t: ProjectedAttention(d_model, d_s, num_layers, heads) for t in tasks})
+
+
 class ProjectedAttention(nn.Module):
     """One task's PAL stack for an encoder of `num_layers` layers of width `d_model`.
 

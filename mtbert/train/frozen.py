@@ -15,7 +15,7 @@ random-init encoder gets its own entry per seed). Trials share a file memory-map
 page cache holds it once per machine. A deeper setup of the same weights and sequences
 continues from the stored states of a shallower one (the bottom 4 of 6 layers frozen, then the
 whole encoder): the layers they share are computed once. PALs and SMART make nothing below them fixed: with
-either, the cache is off.
+either, the cache is off (a sharing regime says whether it keeps the cache valid, model/sharing.py).
 """
 from __future__ import annotations
 
@@ -313,7 +313,9 @@ def setup_signature(cfg) -> str:
     finely only costs a lookup). A sweep's driver builds the blocks once per signature."""
     raw = to_dict(cfg)
     keep = {k: raw[k] for k in ("tasks", "model", "data", "pairs", "task_options", "freeze")}
-    keep.update(sharing={k: raw["sharing"][k] for k in ("encoder_shared_layers", "pal_size")},
+    # Of the sharing regimes, whether they leave the cache valid (PALs do not; a plugin's says).
+    keep.update(sharing={"encoder_shared_layers": cfg.sharing.encoder_shared_layers,
+                         "cache_safe": cfg.sharing.cache_safe()},
                 smart=cfg.loss.smart.weight,
                 train={k: raw["train"][k] for k in ("precision", "device", "frozen_cache_mb", "probe")},
                 # A tiny encoder's weights follow the seed; a pretrained one's are its files.

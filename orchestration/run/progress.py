@@ -38,7 +38,7 @@ def describe(config: dict[str, Any]) -> str:
     from mtbert.config import flatten
 
     flat = flatten(config.get("config", {}))
-    if config.get("role") == "reference":  # its dozen overrides (config.REFERENCE_OVERRIDES): one name
+    if config.get("role") == "reference":  # its dozen overrides (config.reference_settings()): one name
         return "frozen reference"
     if config.get("role") == "single_task":
         return f"single-task {flat['tasks'][0]}"

@@ -9,6 +9,8 @@ import ast
 import json
 from typing import Any
 
+from mtbert.model.sharing import short_names
+
 # Columns of their own in the leaderboard; every other swept key joins the regime label.
 OWN_COLUMNS = ("sharing.head_regime", "sharing.encoder_shared_layers", "optim.lr", "loss.weights",
                "loss.weighting", "loss.pcgrad", "train.seed")  # the last two: in the weights column
@@ -24,8 +26,8 @@ YARDSTICKS = (REFERENCE, SINGLE_TASK)
 
 def single_task_variant(task: str) -> str:
     return f"single-{task}"
-SHORT_NAMES = {"freeze.layers": "freeze", "sharing.head_share_tasks": "S", "sharing.cascade": "cascade",
-               "sharing.pal_size": "pal", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
+# The sharing regimes' keys take the short names their regimes give them (mtbert/model/sharing.py).
+SHORT_NAMES = {"freeze.layers": "freeze", "loss.pcgrad": "pcgrad", "sampling.strategy": "sampling",
                "pairs.encoding": "pairs", "model.name_or_path": "model", "train.epochs": "epochs",
                "train.batch_size": "bs", "heads.dropout": "dropout", "loss.smart.weight": "smart",
                "loss.gradnorm.alpha": "alpha", "loss.dwa.temperature": "dwa_T", "loss.cagrad.c": "c",
@@ -108,6 +110,7 @@ def fmt_value(value: Any) -> str:
 def regime_label(config: dict[str, Any], swept: list[str], defaults: dict[str, Any]) -> str:
     """Head regime + encoder sharing k + every other swept key whose value is not the default.
     `config` is flat (dotted keys), typed or as MLflow strings."""
+    short = {**SHORT_NAMES, **short_names()}
     parts = [str(config.get("sharing.head_regime", "?"))]
     k = parse_param(config.get("sharing.encoder_shared_layers"))
     parts.append("k=all" if k is None else f"k={k}")
@@ -118,5 +121,5 @@ def regime_label(config: dict[str, Any], swept: list[str], defaults: dict[str, A
         if value == defaults.get(key):
             continue
         text = "all" if key == "freeze.layers" and value == -1 else fmt_value(value)  # -1: the whole encoder
-        parts.append(f"{SHORT_NAMES.get(key, key)}={text}")
+        parts.append(f"{short.get(key, key)}={text}")
     return " ".join(parts)

@@ -174,13 +174,13 @@ def single_task_overrides(task: str, base: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_overrides(extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The frozen reference inside a sweep: mtbert.config.REFERENCE_OVERRIDES without its own
+    """The frozen reference inside a sweep: mtbert.config.reference_settings() without its own
     training budget (the sweep's epochs and steps apply, so the row is read at the same budget), with
     the recipe's STS head (cosine for a pretrained bi-encoder), its head rate and mean pooling,
     whatever the base config chose for the fine-tuned rows; then `extra` on top."""
-    from mtbert.config import REFERENCE_OVERRIDES
+    from mtbert.config import reference_settings
 
-    out = {k: v for k, v in REFERENCE_OVERRIDES.items() if not k.startswith("train.")}
+    out = {k: v for k, v in reference_settings().items() if not k.startswith("train.")}
     out.update({"sts.head": None, "optim.head_lr": None, "model.pooling": "mean"})
     out.update(dotted(extra or {}))
     return out

@@ -282,10 +282,10 @@ def test_a_head_only_minilm_trial_stores_what_it_trained(tmp_path):
     """The frozen reference on MiniLM as a sweep trial: its checkpoint (final state and best/)
     holds the trained heads, a tokenizer and a few small files, under 5 MB where the encoder
     alone is 87 MB; the slim bundle scores the run's dev split to the last digit."""
-    from mtbert.config import REFERENCE_OVERRIDES
+    from mtbert.config import reference_settings
     from mtbert.data.tokenize import prepare
 
-    cfg = build_config({}, {**REFERENCE_OVERRIDES, "model.name_or_path": str(MINILM), "data.source": "cs224n",
+    cfg = build_config({}, {**reference_settings(), "model.name_or_path": str(MINILM), "data.source": "cs224n",
                             "data.dir": str(MINBERT), "data.max_train_examples": 32, "data.max_dev_examples": 24,
                             "data.cache_dir": str(tmp_path / "cache"), "train.epochs": 1,
                             "sampling.strategy": "tuple", "sampling.steps_per_epoch": 2, "model.max_length": 32,

@@ -161,3 +161,19 @@ def test_the_sharing_section_imports_nothing_of_the_config():
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     assert not {m for m in imported if m == "mtbert.config" or m.startswith("torch")}, imported
+
+
+def test_the_regimes_own_the_references_sharing_keys_and_the_caches_safety():
+    """The frozen reference turns every built-in regime off with the values it always set, in
+    the order it set them; PALs (a trainable term inside frozen layers) alone spoil the cache."""
+    from mtbert.config import reference_settings
+    from mtbert.model.sharing import regimes
+
+    assert [r.name for r in regimes()] == ["heads", "encoder", "cascade", "pal"]
+    sharing = {k: v for k, v in reference_settings().items() if k.startswith("sharing.")}
+    assert list(sharing.items()) == [("sharing.head_regime", "none"), ("sharing.encoder_shared_layers", None),
+                                     ("sharing.cascade", "none"), ("sharing.pal_size", 0)]
+    frozen = {"freeze.layers": 1, "sharing.head_regime": "S-S"}
+    assert model_for(**frozen).cache_safe()
+    assert not model_for(**frozen, **{"sharing.pal_size": 8}).cache_safe()
+    assert not model_for(**{"sharing.pal_size": 8}).cache_safe()  # nothing frozen, nothing to cache
