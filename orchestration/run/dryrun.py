@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestration.report.verdicts import claim_alphas
 from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
 from orchestration.sweep.spec import Sweep
@@ -60,6 +61,23 @@ def smoke_clamps(path: str | Path, overrides: list[str] | None) -> list[str]:
             if a.get(key) != b.get(key):
                 lines.append(f"{where}{key}: {a.get(key, '(unset)')} -> {b.get(key, '(unset)')}")
     return lines + [n for n in smoke.notes if n not in real.notes]
+
+
+def _decidable(sweep: Sweep, claim, alpha: float) -> str:
+    """When the claim's interval can first give a verdict: the median's needs more paired seeds
+    than the mean's, and the more claims share the family, the more (verdicts.first_decidable).
+    A design that stops before it (its fixed seeds, or adaptive seeds whose budget ends the
+    rounds first) judges nothing, which is worth knowing before the compute is spent."""
+    from orchestration.report.verdicts import DIVERGED_METRIC, first_decidable
+
+    if claim.metric == DIVERGED_METRIC or sweep.smoke:  # a smoke run judges nothing
+        return ""
+    first = first_decidable(claim.looks, alpha, claim.interval)
+    if first is None:
+        return f"; no verdict within {claim.looks[-1] if claim.looks else len(sweep.seeds)} seeds at its level"
+    seeds = sweep.adaptive.max if sweep.adaptive is not None else len(sweep.seeds)
+    warn = f": the {seeds} seed(s) planned give no verdict" if first > seeds else ""
+    return f"; its {claim.interval} interval decides from {first} paired seeds{warn}"
 
 
 def concurrency(sweep: Sweep, num_cpus: int | None) -> int:
@@ -145,8 +163,8 @@ def plan_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         log(f"  {variant:<12} {c['role']:<9} seeds {','.join(map(str, c['seeds'])):<8} {values}")
     if planner.optuna_trials():
         log(f"  + {planner.optuna_trials()} trials that Optuna samples as the sweep runs")
-    for claim in sweep.claims:
-        log(f"  claim {claim.name}: {claim.metric}, A {claim.relation} B")
+    for claim, alpha in zip(sweep.claims, claim_alphas(sweep.claims)):
+        log(f"  claim {claim.name}: {claim.metric}, A {claim.relation} B{_decidable(sweep, claim, alpha)}")
     if not smoke:
         clamps = smoke_clamps(path, overrides)
         log(f"--smoke would clamp {len(clamps)} key(s)" + (": " + "; ".join(clamps) if clamps else ""))

@@ -67,3 +67,20 @@ def test_the_plans_estimate_is_within_a_factor_of_three_of_the_sweeps_time(tmp_p
     print(f"\n{estimate[0]}\n{real[0]}\nsweep plan's estimate {estimate_s} s, the sweep's wall {real_s} s: "
           f"{estimate_s / real_s:.2f}x")
     assert real_s / 3 <= estimate_s <= real_s * 3, (plan.stdout, run.stdout)
+
+
+def test_plan_says_from_how_many_seeds_each_claim_can_be_decided(sweep_file, tmp_path):
+    # The median's interval (the default) needs 6 paired seeds at 5% on a fixed design, more in
+    # a family: three fixed seeds judge nothing, which the plan says before any compute.
+    claim = {"name": "S-I-I > I-I-I", "metric": "overall", "a": {"sharing.head_regime": "S-I-I"},
+             "b": {"sharing.head_regime": "I-I-I"}, "relation": ">"}
+    space = {"space": {"sharing.head_regime": ["S-I-I"]}, "search": {"algorithm": "grid"},
+             "baseline": {"sharing.head_regime": "I-I-I"}}
+    fixed = run_cli(["sweep", "plan", str(sweep_file("fixed.yaml", **space, seeds=[0, 1, 2], claims=[claim])),
+                     "--no-measure"], cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "claim S-I-I > I-I-I: overall, A > B; its median interval decides from 6 paired seeds: the 3 seed(s) " \
+           "planned give no verdict" in fixed.stdout, fixed.stdout
+    adaptive = run_cli(["sweep", "plan", str(sweep_file("adaptive.yaml", **space, seeds={"start": 3, "max": 12},
+                                                        claims=[claim])), "--no-measure"], cwd=tmp_path)
+    assert "its median interval decides from 6 paired seeds\n" in adaptive.stdout, adaptive.stdout
