@@ -47,11 +47,14 @@ def test_plan_without_measuring_names_every_key_smoke_would_clamp(sweep_file, tm
     assert "estimate" not in out.stdout
 
 
+# Solo: the estimate reads the load when the plan runs, and the suite's parallel pass changes
+# it under the sweep that follows (seen: 51 s planned against 221 s run beside other tests).
 @pytest.mark.slow
+@pytest.mark.solo
 def test_the_plans_estimate_is_within_a_factor_of_three_of_the_sweeps_time(tmp_path):
     """The smoke sweep (tiny encoder, synthetic data) planned, then run as planned: the plan's
     estimate and the sweep's own wall time (its summary line) within a factor of 3 either way,
-    on whatever load the machine carries (the estimate scales its fixed costs by it)."""
+    at the load the machine carries when both run (the estimate scales its fixed costs by it)."""
     args = [str(SWEEPS / "smoke.yaml"), "--smoke", "--num-cpus", "2"]
     plan = run_cli(["sweep", "plan", *args], cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
