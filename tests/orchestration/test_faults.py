@@ -4,6 +4,7 @@ read back from MLflow: a checkpoint cut short by a kill, the tracking store goin
 locked at the wrong moment, a trial Ray's memory monitor kills."""
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,10 +207,18 @@ def test_resume_from_a_lagging_tune_state_runs_no_ended_trial_again(tmp_path):
         family = descendants(driver.pid)
         [state] = run_dir.glob("experiment_state-*.json")
         stale = state.read_bytes()  # both trials running
+        # Tune's storage as it stood with that snapshot: the checkpoints it may name, which the
+        # trials' later checkpoints replace (num_to_keep=1). A driver that died then leaves both.
+        kept = tmp_path / "kept"
+        for folder in run_dir.glob("*/checkpoint_*"):
+            shutil.copytree(folder, kept / folder.relative_to(run_dir))
         assert driver.wait(240) == 0, log.read_text()[-4000:]
     finally:
         stop_pids([driver.pid, *family, *descendants(driver.pid)], grace_s=5)
     state.write_bytes(stale)
+    for folder in kept.glob("*/checkpoint_*"):
+        if not (run_dir / folder.relative_to(kept)).exists():
+            shutil.copytree(folder, run_dir / folder.relative_to(kept))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client, _, before = sweep_runs(uri, "lag")
     ended_at = {r.data.tags["trial_key"]: r.info.end_time for r in before}
