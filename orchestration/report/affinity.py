@@ -345,19 +345,19 @@ def check_regimes(measured: Measured, variant: str | None, uri: str, against: st
                            best_predicted, best_measured, "≈", metric=metric, error_rate="claim")
     verdict = verdicts.decide(scores[best_predicted], scores[best_measured], claim) \
         if best_predicted != best_measured else None
-    spent = reader.col(measured_runs(uri, measured, variant), "metrics.train_flops").sum()
+    spent = spent_flops(uri, measured, variant)
     return RegimeCheck(predicted, scores, spearman([predicted[r] for r in names], means),
                        mean_ci([r for r in per_seed if not math.isnan(r)]), verdict,
                        float(spent / runs["metrics.train_flops"].sum()) if spent else math.nan, metric)
 
 
-def measured_runs(uri: str, measured: Measured, variant: str | None) -> pd.DataFrame:
-    """The runs whose affinities were read (their train_flops are the prediction's cost)."""
-    from orchestration.report.findings import read_runs
-
+def spent_flops(uri: str, measured: Measured, variant: str | None) -> float:
+    """The train_flops of the runs whose affinities were read (the prediction's cost), each run
+    read by its id; 0 for a `mtbert train --output` folder, which is no MLflow run."""
     rows = measured.rows if variant is None else measured.rows[measured.rows["variant"] == variant]
-    runs = read_runs(uri)
-    return runs[runs["run_id"].isin(set(rows["run"]))]
+    ids = [r for r in set(rows["run"]) if len(r) == 32 and all(c in "0123456789abcdef" for c in r)]
+    client = reader.mlflow_client(uri) if ids else None
+    return float(sum(client.get_run(r).data.metrics.get("train_flops", 0.0) for r in ids))
 
 
 def render_check(check: RegimeCheck, against: str) -> str:
