@@ -12,6 +12,7 @@ whole one (its evaluation and checkpoint included), or at the step rate until on
 """
 from __future__ import annotations
 
+import heapq
 import sys
 import time
 from typing import TextIO
@@ -30,6 +31,17 @@ def time_left(done: float, total: float, elapsed_s: float) -> float | None:
     if done <= 0 or elapsed_s <= 0:
         return None
     return max(total - done, 0) * elapsed_s / done
+
+
+def makespan(durations: list[float], slots: int, busy: list[float] | None = None) -> float:
+    """Seconds until the last of `durations` ends when they start in order, `slots` at a time,
+    each as soon as a slot frees up; `busy`: what the slots' present work still needs."""
+    free = sorted(busy or [])[:max(slots, 1)]
+    free += [0.0] * (max(slots, 1) - len(free))
+    heapq.heapify(free)
+    for seconds in durations:
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return max(free)
 
 
 class ProgressBar:
@@ -65,9 +77,11 @@ class ProgressBar:
         later = self._epoch_wall if self._epoch_wall is not None else steps * step_s
         eta = (steps - step) * step_s + (self.epochs - epoch) * later
         filled = int(self.width * step / max(steps, 1))
-        bar = "#" * filled + "-" * (self.width - filled)
-        line = (f"epoch {epoch}/{self.epochs} [{bar}] step {step}/{steps} loss {loss:.4f} "
-                f"{seqs / elapsed:.0f} seq/s ETA {clock(eta)}")
+        bar = f"[{'#' * filled + '-' * (self.width - filled)}] " if self.width else ""
+        self._draw(f"epoch {epoch}/{self.epochs} {bar}step {step}/{steps} loss {loss:.4f} "
+                   f"{seqs / elapsed:.0f} seq/s ETA {clock(eta)}")
+
+    def _draw(self, line: str) -> None:
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
         self._shown = True
@@ -82,3 +96,30 @@ class ProgressBar:
             self._shown = False
         self.stream.write(message + "\n")
         self.stream.flush()
+
+
+class ProgressLog(ProgressBar):
+    """The bar's figures as a log line every `interval_s` (a sweep trial's train.log, which
+    otherwise says nothing until its epoch ends): `epoch 1/2 step 120/300 loss 3.1 412 seq/s
+    ETA 02:10`. The first line of an epoch comes after `interval_s`, when its rate means something."""
+
+    def __init__(self, epochs: int, log, interval_s: float = 30.0, clock=time.perf_counter):
+        super().__init__(epochs, interval_s=interval_s, width=0, clock=clock)
+        self._log = log
+
+    def start_epoch(self) -> None:
+        super().start_epoch()
+        self._drawn = self._epoch_t0
+
+    def step(self, epoch: int, step: int, steps: int, seqs: int, losses) -> None:
+        if step != steps:  # the epoch's own line says how it ended
+            super().step(epoch, step, steps, seqs, losses)
+
+    def end_epoch(self) -> None:
+        pass
+
+    def _draw(self, line: str) -> None:
+        self._log(line)
+
+    def log(self, message: str) -> None:
+        self._log(message)

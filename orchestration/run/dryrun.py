@@ -1,16 +1,16 @@
 """`mtbert sweep plan FILE`: what a sweep would run and roughly what it would cost, before any
 of it is spent: its configurations and seeds, its trial count, the keys `--smoke` would clamp,
-and an estimate of its time from one short measured run of its first trial. Neither Ray nor
+and an estimate of its time from one short measured run of each configuration. Neither Ray nor
 the MLflow store is touched."""
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mtbert.train.progress import makespan
 from orchestration.report.verdicts import claim_alphas
 from orchestration.sweep.load import load_sweep
 from orchestration.sweep.plan import Planner
@@ -170,19 +170,46 @@ def plan_sweep(path: str | Path, overrides: list[str] | None = None, smoke: bool
         log(f"--smoke would clamp {len(clamps)} key(s)" + (": " + "; ".join(clamps) if clamps else ""))
     out: dict[str, Any] = {"trials": total, "concurrency": at_once, "configurations": len(configs)}
     if measure and fixed:
-        cost = measure_trial(fixed[0]["config"], max(1, int(sweep.spec.resources.cpu)))
-        waves = math.ceil(total / at_once)
-        load = load_factor()
-        fixed_s = (RAY_START_S + WORKER_FIRST_S + CLOSING_S) * load
-        estimate = cost["data_s"] + cost["cache_s"] + fixed_s + waves * cost["trial_s"]
-        out.update(cost, estimate_s=estimate, load_factor=load)
-        log(f"estimate: {_hms(estimate)} for the sweep at this machine's present load ({waves} wave(s) of "
-            f"{at_once} trial(s) of about {cost['trial_s']:.0f} s: {cost['steps']} steps of "
-            f"{cost['step_s'] * 1000:.0f} ms, {cost['epochs']} evaluation(s) of {cost['eval_s']:.1f} s, model "
-            f"{cost['model_s']:.1f} s; shared setup {cost['data_s'] + cost['cache_s']:.0f} s; Ray, workers' imports "
-            f"and closing {fixed_s:.0f} s" + (f", {load:.1f}x an idle machine's" if load > 1 else "")
-            + f"), from {MEASURE_STEPS} measured steps of {fixed[0]['key']}; trials stopped early (ASHA, patience) "
-            "make it shorter, a load that rises longer")
+        out.update(_estimate(sweep, planner, fixed, total, at_once, log))
+    return out
+
+
+def _estimate(sweep: Sweep, planner: Planner, fixed: list[dict], total: int, at_once: int,
+              log: Callable[[str], None]) -> dict[str, Any]:
+    """Measure one trial of each configuration (a frozen encoder's trial and a fine-tuned one
+    differ a hundredfold), then lay the trials out `at_once` at a time: the sweep's time, or
+    under adaptive seeds its first round's and its most."""
+    threads = max(1, int(sweep.spec.resources.cpu))
+    costs: dict[str, dict[str, float]] = {}
+    for t in fixed:
+        if t["variant"] not in costs:
+            costs[t["variant"]] = measure_trial(t["config"], threads)
+    trial_s = {v: c["trial_s"] for v, c in costs.items()}
+    mean_s = sum(trial_s.values()) / len(trial_s)
+    first = [trial_s[t["variant"]] for t in fixed] + [mean_s] * planner.optuna_trials()
+    load = load_factor()
+    # Each prefix of frozen layers is built once (the first measurement that needs it builds it).
+    setup_s = costs[fixed[0]["variant"]]["data_s"] + sum(c["cache_s"] for c in costs.values())
+    fixed_s = setup_s + (RAY_START_S + WORKER_FIRST_S + CLOSING_S) * load
+    estimate = fixed_s + makespan(first, at_once)
+    for v, c in costs.items():
+        log(f"  a trial of {v}: {_hms(c['trial_s'])} ({c['steps']} steps of {c['step_s'] * 1000:.0f} ms, "
+            f"{c['epochs']} evaluation(s) of {c['eval_s']:.1f} s, model {c['model_s']:.1f} s)")
+    detail = (f"{len(first)} trials, {at_once} at a time; shared setup {setup_s:.0f} s; Ray, workers' imports "
+              f"and closing {fixed_s - setup_s:.0f} s" + (f", {load:.1f}x an idle machine's" if load > 1 else ""))
+    what = "the sweep" if sweep.adaptive is None else "its first round"
+    line = f"estimate: {_hms(estimate)} for {what} at this machine's present load ({detail})"
+    out = {"estimate_s": estimate, "load_factor": load, "trial_s": trial_s, "setup_s": setup_s}
+    if sweep.adaptive is not None and total > len(first):
+        design = sweep.adaptive
+        later = [trial_s[v] for _ in range(design.start, design.max) for v in costs][:total - len(first)]
+        most = fixed_s + makespan(first + later, at_once)
+        if design.budget.hours is not None:  # no round starts past it; a started one runs whole
+            most = min(most, fixed_s + design.budget.hours * 3600 + makespan(list(trial_s.values()), at_once))
+        line += f"; up to {_hms(most)} if claims stay open to {design.max} seeds ({total} trials)"
+        out["most_s"] = most
+    log(line + f", from {MEASURE_STEPS} measured steps of each configuration; trials stopped early (ASHA, "
+        "patience) make it shorter, a load that rises longer")
     return out
 
 

@@ -330,7 +330,8 @@ def _submitted(client, url: str, job_id: str, follow: bool, out: TextIO | None) 
 
 _STARTED = re.compile(r"^sweep (?P<name>\S+): .* \| Ray storage (?P<run_dir>.+)$")
 _RESUMED = re.compile(r"^resuming sweep (?P<name>\S+) \| ")
-_COUNTS = re.compile(r"^\[\s*(?P<clock>\d+:\d\d)\] (?P<counts>\d+ running, \d+ finished, .* pending of .*)$")
+_COUNTS = re.compile(r"^\[\s*(?P<clock>\d+:\d\d)\] "
+                     r"(?P<counts>\d+ running, \d+ finished, .* pending (?:of|in round) .*)$")  # in round: adaptive
 _ENDED = re.compile(r"^sweep (?P<name>\S+) (?P<status>FINISHED|KILLED|FAILED) in \S+: (?P<line>.*)$")
 
 

@@ -550,7 +550,7 @@ def _tuner(sweep: Sweep, searcher, total: int, run_name: str, storage_dir: Path,
 
     adaptive = sweep.adaptive is not None
     printer = ProgressPrinter(total, sweep.objectives[0][0], sweep.objectives[0][1], tracking=tracking, upto=adaptive,
-                              max_concurrent=sweep.spec.max_concurrent)
+                              max_concurrent=sweep.spec.max_concurrent, round_pending=searcher.round_pending)
     return tune.Tuner(
         _trainable(sweep.spec.resources.cpu, sweep.spec.resources.gpu, storage_dir / run_name),
         tune_config=tune.TuneConfig(

@@ -6,16 +6,16 @@ Job's log (jobs.py), so their wording is an interface.
 """
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ray.tune import Callback
 
 from mtbert.errors import diverged_why
-from mtbert.train.progress import clock
+from mtbert.train.progress import clock, makespan
 from orchestration.run.stops import error_line
 from orchestration.run.trainable import ended, failure
 from orchestration.sweep.labels import YARDSTICKS, fmt_rates, regime_label
@@ -54,14 +54,8 @@ def sweep_time_left(durations: list[float], running_for: list[float], pending: i
     if not durations:
         return None
     mean = sum(durations) / len(durations)
-    # When each slot frees up: the running trials' ends, then now for an idle slot. A trial
-    # past the mean is taken to end now: that is all the mean can say of it.
-    free = sorted(max(mean - t, 0.0) for t in running_for)[:max(slots, 1)]
-    free += [0.0] * (max(slots, 1) - len(free))
-    heapq.heapify(free)
-    for _ in range(pending):
-        heapq.heappush(free, heapq.heappop(free) + mean)
-    return max(free)
+    # A trial past the mean is taken to end now: that is all the mean can say of it.
+    return makespan([mean] * pending, slots, [max(mean - t, 0.0) for t in running_for])
 
 
 class ProgressPrinter(Callback):
@@ -73,10 +67,14 @@ class ProgressPrinter(Callback):
     interval_s = 20.0
 
     def __init__(self, total: int, metric: str, mode: str, tracking: SweepTracking | None = None,
-                 upto: bool = False, max_concurrent: int | None = None):
+                 upto: bool = False, max_concurrent: int | None = None,
+                 round_pending: Callable[[], tuple[int, int] | None] | None = None):
         self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
         self.upto = upto  # adaptive seeds: `total` is the most it may run, not a plan
+        # Adaptive seeds: (round, its trials not started yet) (SweepSearcher.round_pending), so
+        # the line can say what is left of the round, which is planned, and how long it takes.
+        self.round_pending = round_pending
         self.metric = metric
         self.mode = mode
         self._t0 = time.monotonic()
@@ -137,11 +135,26 @@ class ProgressPrinter(Callback):
         stopped = len(self._stopped)
         upto = getattr(self, "upto", False)
         pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - gone - counts["RUNNING"], 0)
+        of = f"of {'up to ' if upto else ''}{self.total}"
+        in_round = self._round(pending) if upto else None
+        if in_round is not None:  # adaptive: the round is planned, what follows it is not
+            pending, of = in_round[1], f"in round {in_round[0]} (up to {self.total} trials in all)"
+        left = self._time_left(trials, pending) if not stopping and (not upto or in_round) else ""
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
-                + (f"{gone} diverged, " if gone else "") + f"{failed} failed, "
-                f"{pending} pending of {'up to ' if upto else ''}{self.total}"
+                + (f"{gone} diverged, " if gone else "") + f"{failed} failed, {pending} pending {of}"
                 + (f" ({interrupted} interrupted)" if interrupted else "")
-                + ("" if upto or stopping else self._time_left(trials, pending)) + f" | {self._best(trials)}")
+                + left + (" in this round" if left and upto else "") + f" | {self._best(trials)}")
+
+    def _round(self, tune_pending: int) -> tuple[int, int] | None:
+        """(round, its trials not started) under adaptive seeds: the searcher's not handed out
+        yet plus Tune's PENDING; None where the searcher cannot say (a printer restored from an
+        older sweep)."""
+        ask = getattr(self, "round_pending", None)
+        try:
+            got = ask() if ask is not None else None
+        except Exception:  # the progress line must never stop a sweep
+            return None
+        return None if got is None else (got[0], got[1] + tune_pending)
 
     def _time_left(self, trials: list, pending: int) -> str:
         """`, about 12:40 left` (empty with nothing left, or nothing finished to time it by).

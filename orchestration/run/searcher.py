@@ -333,6 +333,14 @@ class SweepSearcher(Searcher):
         self._planner.sweep.adaptive = self._rounds.design
         self._planner.sweep.claims = self._rounds.claims
 
+    def round_pending(self) -> tuple[int, int] | None:
+        """Under adaptive seeds, (the round, its trials not yet handed to Tune); else None.
+        Tune asks for a trial only when a slot is free, so its own PENDING count is 0 while
+        most of a round waits: the progress line counts the round's from here."""
+        if self._rounds is None:
+            return None
+        return self._rounds.round, len(self._fixed) - self._next_fixed + len(self._rounds.queue)
+
     @property
     def total_trials(self) -> int:
         """The trials it hands out; under adaptive seeds, the most it may."""

@@ -19,6 +19,7 @@ from mtbert.errors import first_line
 from mtbert.outputs import remove_path
 
 LOG_NAME = "train.log"  # in the trial folder: epoch lines, resumes, the worker pid
+PROGRESS_EVERY_S = 30.0  # train.log's step/loss/rate/ETA line within an epoch, at most this often
 ERROR_NAME = "error.txt"  # in the trial folder: the traceback of a failure, as Tune writes its own
 # The key of a trial's last report when it failed for good: its one-line reason.
 FAILED = "trial_failed"
@@ -118,6 +119,7 @@ def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:
     from mtbert.errors import CheckpointUnreadable
     from mtbert.train import measure
     from mtbert.train.loop import train
+    from mtbert.train.progress import ProgressLog
 
     measure.fresh_process()  # a Ray worker runs trials and nothing else
 
@@ -144,6 +146,8 @@ def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:
         tune.report({**metrics, "timings": timings, **system.sample()}, checkpoint=checkpoint)
 
     output_dir = trial_dir / "output" if cfg.train.save_checkpoint else None
+    # A line every PROGRESS_EVERY_S in train.log: a live view of a trial inside its epoch.
+    progress = ProgressLog(cfg.train.epochs, log, interval_s=PROGRESS_EVERY_S)
     checkpoint = tune.get_checkpoint()
     # What this trial spent before train(): imports (a fresh worker's), config, folder.
     setup_s = time.perf_counter() - entered
@@ -152,11 +156,12 @@ def _run_trial(config: dict[str, Any], experiment_dir: str | None) -> None:
             with candidate.as_directory() as state_dir:
                 log(f"resuming from {candidate.path}")
                 try:
-                    return train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log)
+                    return train(cfg, reporter=reporter, output_dir=output_dir, resume_from=state_dir, log=log,
+                                 progress=progress)
                 except CheckpointUnreadable as exc:
                     log(f"warning: {exc}; trying the trial's next older checkpoint, else its start")
         log("warning: no readable checkpoint; training this trial from its start")
-    train(cfg, reporter=reporter, output_dir=output_dir, log=log)
+    train(cfg, reporter=reporter, output_dir=output_dir, log=log, progress=progress)
 
 
 def _checkpoints(latest) -> list:

@@ -138,6 +138,9 @@ def test_progress_is_read_from_the_drivers_log() -> None:
     assert (found.clock, found.counts) == ("0:41", "2 running, 1 finished, 0 stopped early, 0 failed, 1 pending "
                                                    "of 4, about 00:35 left | best best_overall 0.4100 (baseline-s0: I-I-I k=all lr=1.0e-03)")
     assert found.ended is None
+    adaptive = jobs.sweep_progress(SWEEP_LOG + "[ 1:00] 1 running, 2 finished, 0 stopped early, 0 failed, 1 pending in "
+                                   "round 1 (up to 8 trials in all), about 00:20 left in this round | best: none yet\n")
+    assert adaptive.counts.startswith("1 running, 2 finished") and "left in this round" in adaptive.counts
     ended = jobs.sweep_progress(SWEEP_LOG + "sweep smoke-20260101-120000 FINISHED in 1m02s: 4 trials, 4 finished "
                                 "(0 stopped early), 0 failed; best overall 0.4200 (p001-s0)\n")
     assert ended.ended == "FINISHED: 4 trials, 4 finished (0 stopped early), 0 failed; best overall 0.4200 (p001-s0)"

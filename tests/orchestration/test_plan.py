@@ -25,12 +25,17 @@ def test_plan_lists_what_would_run_and_estimates_its_time_without_ray_or_a_store
     assert "sharing.head_regime=S-I-I" in lines[2] and "sharing.head_regime=I-S-S" in lines[3]
     clamps = next(line for line in lines if line.startswith("--smoke would clamp"))
     assert "train.batch_size: 8 -> " not in clamps and "num_samples" not in clamps  # already small: kept
+    # Each configuration measured, each costed on a line of its own; the trials laid out 2 at a time.
+    costs = [line for line in lines if line.startswith("  a trial of ")]
+    assert [line.split(":")[0] for line in costs] == ["  a trial of baseline", "  a trial of p000",
+                                                      "  a trial of p001"], lines
+    assert all(re.search(r": \dm\d\ds \(8 steps of \d+ ms, 2 evaluation\(s\) of [\d.]+ s, model [\d.]+ s\)$", line)
+               for line in costs), costs
     estimate = next(line for line in lines if line.startswith("estimate: "))
-    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep at this machine's present load \(3 wave\(s\) of 2 "
-                     r"trial\(s\) "
-                     r"of about (\d+) s: "
-                     r"8 steps of \d+ ms, 2 evaluation\(s\)", estimate)
+    match = re.match(r"estimate: (\d+)m(\d\d)s for the sweep at this machine's present load \(6 trials, 2 at a "
+                     r"time; shared setup \d+ s; Ray, workers' imports and closing \d+ s", estimate)
     assert match, estimate
+    assert "up to" not in estimate and "from 4 measured steps of each configuration" in estimate
     assert 0 < int(match[1]) * 60 + int(match[2]) < 600
     # Nothing was started or written where the user stands: no store, no Ray folder.
     assert sorted(p.name for p in work.iterdir()) == []
@@ -87,3 +92,24 @@ def test_plan_says_from_how_many_seeds_each_claim_can_be_decided(sweep_file, tmp
     adaptive = run_cli(["sweep", "plan", str(sweep_file("adaptive.yaml", **space, seeds={"start": 3, "max": 12},
                                                         claims=[claim])), "--no-measure"], cwd=tmp_path)
     assert "its median interval decides from 6 paired seeds\n" in adaptive.stdout, adaptive.stdout
+
+
+def test_an_adaptive_plan_costs_each_configuration_and_says_its_first_round_and_its_most(sweep_file, tmp_path):
+    # A configuration ten times longer than the baseline is costed as such (a plan that timed
+    # the first trial alone put a real sweep of frozen and fine-tuned trials at a sixth of its
+    # time); under adaptive seeds the first round is planned and the rest is "up to".
+    claim = {"name": "longer > baseline", "metric": "overall", "a": {"sampling.steps_per_epoch": 40},
+             "b": {"role": "baseline"}, "relation": ">"}
+    path = sweep_file(space={"sampling.steps_per_epoch": [40]}, search={"algorithm": "grid"},
+                      baseline={"sampling.steps_per_epoch": 4}, seeds={"start": 2, "max": 4}, claims=[claim],
+                      max_concurrent=1, base={"data": {"cache_dir": str(tmp_path / "cache")}})
+    out = run_cli(["sweep", "plan", str(path), "--num-cpus", "1"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    costs = {m[1]: (m[2], int(m[3])) for m in re.finditer(r"^  a trial of (\w+): (\dm\d\ds) \((\d+) steps", out.stdout,
+                                                          re.M)}
+    assert {v: steps for v, (_, steps) in costs.items()} == {"baseline": 8, "p000": 80}, out.stdout
+    estimate = next(line for line in out.stdout.splitlines() if line.startswith("estimate: "))
+    assert re.match(r"estimate: \dm\d\ds for its first round at this machine's present load \(4 trials, 1 at a "
+                    r"time; ", estimate), estimate
+    assert re.search(r"; up to \dm\d\ds if claims stay open to 4 seeds \(8 trials\), from 4 measured steps",
+                     estimate), estimate

@@ -74,3 +74,38 @@ def test_a_yardstick_is_never_the_best_so_far():
     line = printer.status(trials)
     assert "| best best_overall 0.6600 (p000-s0: " in line, line
     assert "single-para" not in line and "reference-s0" not in line, line
+
+
+def test_an_adaptive_sweep_says_what_is_left_of_its_round(tmp_path):
+    """Tune asks an adaptive sweep's searcher for a trial only when a slot is free, so Tune's
+    PENDING count stays 0 while most of a round waits: the line counts the round's trials from
+    the searcher and times them, and says nothing of rounds that are not decided yet."""
+    from orchestration.run.searcher import make_searcher
+    from orchestration.sweep.load import load_sweep
+    from orchestration.sweep.plan import Planner
+    from tests.orchestration.conftest import write_sweep
+
+    claim = {"name": "c", "metric": "overall", "a": {"optim.lr": 2e-3}, "b": {"role": "baseline"}, "relation": ">"}
+    path = write_sweep(tmp_path / "a.yaml", space={"optim.lr": [2e-3]}, baseline={"optim.lr": 1e-3},
+                       seeds={"start": 3, "max": 6}, claims=[claim])
+    searcher = make_searcher(Planner(load_sweep(path)))
+    printer = ProgressPrinter(total=searcher.total_trials, metric="best_overall", mode="max", upto=True,
+                              max_concurrent=2, round_pending=searcher.round_pending)
+    printer.setup()
+    assert searcher.round_pending() == (1, 6)  # 2 configurations x 3 seeds, none handed out
+    trials = [_trial(searcher.suggest(f"t{i}")["key"], Trial.RUNNING) for i in range(2)]
+    for trial in trials:
+        printer.on_trial_start(0, trials, trial)
+    line = printer.status(trials)
+    assert "2 running, 0 finished, 0 stopped early, 0 failed, 4 pending in round 1 (up to 12 trials in all) | " \
+           "best" in line, line  # nothing finished: nothing to time the round by
+    printer._began[trials[0].config["key"]] -= 60
+    trials[0].run_metadata.last_result = {"done": True, "epoch": 1, "best_overall": 0.5}
+    trials[0].set_status(Trial.TERMINATED)
+    printer.on_trial_complete(0, trials, trials[0])
+    # One slot free and 4 to go at 60 s each beside the running one: 4 more minutes, about.
+    line = printer.status(trials)
+    assert re.search(r"1 running, 1 finished, 0 stopped early, 0 failed, 4 pending in round 1 \(up to 12 trials "
+                     r"in all\), about 0[23]:\d\d left in this round \| best", line), line
+    # A printer without the searcher (one pickled by an older sweep) says only what Tune knows.
+    assert "0 pending of up to 12 | best" in ProgressPrinter(12, "best_overall", "max", upto=True).status(trials)

@@ -4,7 +4,7 @@ later epochs at the last whole epoch's wall time."""
 import io
 import re
 
-from mtbert.train.progress import ProgressBar
+from mtbert.train.progress import ProgressBar, ProgressLog
 
 
 class Clock:
@@ -51,3 +51,17 @@ def test_log_lines_clear_the_bar_and_draws_are_throttled():
     assert out.getvalue().count("step ") == 1
     bar.log("hello")
     assert out.getvalue().endswith("\r\x1b[2Khello\n")
+
+
+def test_a_trials_log_gets_a_line_every_interval_within_the_epoch():
+    # A sweep trial's train.log: no bar, no terminal codes; the first line after the interval
+    # (a rate from one step means little), none for the epoch's last step (its own line follows).
+    clock, lines = Clock(), []
+    progress = ProgressLog(2, lines.append, interval_s=30.0, clock=clock)
+    progress.start_epoch()
+    for step in range(1, 101):
+        clock.t = step * 1.0  # 1 s a step, 16 sequences each
+        progress.step(1, step, 100, 16 * step, 0.5)
+    assert lines == ["epoch 1/2 step 30/100 loss 0.5000 16 seq/s ETA 02:50",
+                     "epoch 1/2 step 60/100 loss 0.5000 16 seq/s ETA 02:20",
+                     "epoch 1/2 step 90/100 loss 0.5000 16 seq/s ETA 01:50"], lines
