@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap, head_layer,
-                                   matrices, mean_over_epochs, series_name)
+from mtbert.train.grouping import (AFFINITY, COSINE, ENCODER, FOLDER, HEADS, JSON_FILE, WHOLE, draw_heatmap,
+                                   encoder_layer, head_layer, matrices, mean_over_epochs, series_name)
 from mtbert.train.state import capture_rng, restore_rng
 from mtbert.train.weighting.base import TaskGradients, task_gradients
 
@@ -47,8 +47,9 @@ LossesOf = Callable[[dict[str, list[int]]], tuple[dict[str, torch.Tensor], objec
 def shared_parts(model, shared: Sequence[torch.nn.Parameter]) -> dict[str, set[int]]:
     """Part name -> ids of its parameters: the whole shared set; the shared encoder (embeddings,
     shared layers, pooler) and the shared head layers apart where both train; and each shared
-    hidden head layer alone where several are shared (head-layer-1 nearest the encoder), which
-    is what ranks the head regimes from one run (grouping.regime_scores)."""
+    hidden head layer (head-layer-1 nearest the encoder) and each trained shared encoder layer
+    (encoder-layer-1 nearest the embeddings) alone where several are, which is what ranks the
+    head regimes and the encoder depths from one run (grouping.regime_scores, depth_scores)."""
     every = {id(p) for p in shared}
     by_depth = {depth: every & {id(p) for m in mods for p in m.parameters()}
                 for depth, mods in model.heads.shared_by_depth().items()}
@@ -56,8 +57,11 @@ def shared_parts(model, shared: Sequence[torch.nn.Parameter]) -> dict[str, set[i
     parts = {WHOLE: every}
     if heads and every - heads:
         parts.update({ENCODER: every - heads, HEADS: heads})
-    if len([ids for ids in by_depth.values() if ids]) > 1:
-        parts.update({head_layer(depth): ids for depth, ids in by_depth.items() if ids})
+    layers = {depth: every & {id(p) for p in layer.parameters()}
+              for depth, layer in enumerate(getattr(model, "shared_layers", []), start=1)}
+    for name, per in ((head_layer, by_depth), (encoder_layer, layers)):
+        if len([ids for ids in per.values() if ids]) > 1:
+            parts.update({name(depth): ids for depth, ids in per.items() if ids})
     return parts
 
 

@@ -45,6 +45,11 @@ def head_layer(depth: int) -> str:
     return f"head-layer-{depth}"
 
 
+def encoder_layer(depth: int) -> str:
+    """The part name of one shared encoder layer (1 = nearest the embeddings)."""
+    return f"encoder-layer-{depth}"
+
+
 def series_name(kind: str, first: str, second: str, part: str = WHOLE) -> str:
     """affinity/<i>-to-<j> (i's step, j's loss) or cosine/<i>-<j>, under the part's name when
     it is one part of the shared set: affinity/encoder/sst-to-para."""
@@ -198,6 +203,20 @@ def regime_scores(means: dict[str, float], tasks: Sequence[str], depth: int) -> 
         per_layer.append(score([list(tasks)], z))
     return {"-".join(letters): sum(v for v, letter in zip(per_layer, letters) if letter == "S")
             for letters in itertools.product("IS", repeat=depth)}
+
+
+def depth_scores(means: dict[str, float], tasks: Sequence[str], layers: int) -> dict[int, float] | None:
+    """A predicted score of sharing the bottom k of `layers` encoder layers, k = 0..layers, from
+    one run that shares all of them and measured each alone (encoder-layer-k): TAG's score of
+    all tasks in one group on each of the k layers, summed (k = 0 scores 0), as regime_scores
+    sums the head layers a regime shares. None when a layer's affinities are missing."""
+    per_layer = []
+    for k in range(1, layers + 1):
+        z = affinities(means, encoder_layer(k))
+        if not z:
+            return None
+        per_layer.append(score([list(tasks)], z))
+    return {k: float(sum(per_layer[:k])) for k in range(layers + 1)}
 
 
 def format_grouping(grouping: Sequence[Sequence[str]]) -> str:

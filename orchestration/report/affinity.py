@@ -290,19 +290,22 @@ def plot_mean(suggestion: Suggestion, measured: Measured, path: str | Path) -> P
 # --------------------------------------------------------------------------- the prediction checked
 
 REGIME_PARAM = "params.sharing.head_regime"
+DEPTH_PARAM = "params.sharing.encoder_shared_layers"
 
 
 @dataclass
 class RegimeCheck:
-    """The head regimes' ranking that one run's per-layer affinities predict, against the scores
-    a sweep of the regimes measured (`mtbert affinity ... --against`)."""
-    predicted: dict[str, float]  # regime -> predicted score (grouping.regime_scores)
-    measured: dict[str, dict[Any, float]]  # regime -> seed -> the measured figure
+    """The ranking of the head regimes, or of the shared encoder depths, that one run's
+    per-layer affinities predict, against the scores a sweep of them measured (`mtbert affinity
+    ... --against`)."""
+    predicted: dict[str, float]  # regime or depth -> predicted score (grouping.regime_scores, depth_scores)
+    measured: dict[str, dict[Any, float]]  # regime or depth -> seed -> the measured figure
     rho: float  # Spearman's rank correlation of the predicted scores and the measured means
-    rho_per_seed: tuple[float, float, int]  # mean, 95% half-width and n of rho over the seeds all regimes share
+    rho_per_seed: tuple[float, float, int]  # mean, 95% half-width and n of rho over the seeds all share
     verdict: Any  # the predicted best against the measured best (orchestration/report/verdicts.py)
     compute: float  # the affinity runs' train_flops over the measured sweep's
     metric: str = "overall"
+    dimension: str = "head regimes"  # or "encoder depths": what `against` varies
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -311,30 +314,48 @@ def spearman(x: list[float], y: list[float]) -> float:
     return float(rx.corr(ry)) if rx.nunique() > 1 and ry.nunique() > 1 else math.nan
 
 
-def check_regimes(measured: Measured, variant: str | None, uri: str, against: str, metric: str = "overall",
-                  say=None) -> RegimeCheck:
-    """Rank the S/I head regimes by the affinities of each shared head layer (measured.rows of
-    an all-shared run, `variant`'s trials) and compare with the regimes `against`'s latest sweep
-    trained: Spearman's rho of the means, rho per common seed with its t-interval, and a claim
-    that the predicted best is within δ = 0.01 of the measured best, paired by seed (which,
-    picked as the best of the measured, is favoured: the claim is the generous reading)."""
-    from orchestration.report import verdicts
-    from orchestration.report.findings import read_runs
-
+def predictions(measured: Measured, variant: str | None, runs: pd.DataFrame) -> tuple[str, str, dict[str, float]]:
+    """(the param the measured sweep's `runs` vary, what it is called, the predicted score of
+    each of its values): the shared encoder depth k (its logged values: "0".."L", "None" = all
+    L) where the runs vary it, else the S/I head regime."""
+    means = measured.means(variant)
+    if reader.col(runs, DEPTH_PARAM).nunique() > 1:
+        parts = {gr.parse_name(name)[1] for name in means if gr.parse_name(name)}
+        layers = sum(gr.encoder_layer(k) in parts for k in range(1, len(parts) + 1))
+        scores = gr.depth_scores(means, measured.tasks, layers) if layers > 1 else None
+        if scores is None:
+            raise SweepError(f"{measured.label}: no affinity per encoder layer (train a fine-tuned run sharing "
+                             "every encoder layer with affinity.per_part)")
+        return DEPTH_PARAM, "encoder depths", {**{str(k): v for k, v in scores.items()}, "None": scores[layers]}
     depth = len(_regime(measured.base))
-    predicted = gr.regime_scores(measured.means(variant), measured.tasks, depth)
+    predicted = gr.regime_scores(means, measured.tasks, depth)
     if predicted is None:
         raise SweepError(f"{measured.label}: no affinity per head layer (train a regime sharing every head "
                          "layer, S-...-S, with affinity.per_part)")
+    return REGIME_PARAM, "head regimes", predicted
+
+
+def check_regimes(measured: Measured, variant: str | None, uri: str, against: str, metric: str = "overall",
+                  say=None) -> RegimeCheck:
+    """Rank what `against`'s latest sweep varies (the S/I head regimes, or the shared encoder
+    depth) by the affinities of each shared layer (measured.rows of a run sharing them all,
+    `variant`'s trials; predictions) and compare with what the sweep trained: Spearman's rho of
+    the means, rho per common seed with its t-interval, and a claim that the predicted best is
+    within δ = 0.01 of the measured best, paired by seed (which, picked as the best of the
+    measured, is favoured: the claim is the generous reading)."""
+    from orchestration.report import verdicts
+    from orchestration.report.findings import read_runs
+
     _, parent = reader.find_sweep(uri, against, None, say)
     runs = read_runs(uri, [against], parent.info.run_id)
     runs = runs[(reader.col(runs, "tags.variant") != "reference") & (reader.col(runs, "status") == "FINISHED")]
     if metric not in {c[len("metrics."):] for c in runs.columns if c.startswith("metrics.")}:
         raise SweepError(f"{against}: its runs logged no {metric!r}")
-    scores = {regime: verdicts.seed_means(group[f"metrics.{metric}"], group["tags.seed"])
-              for regime, group in runs.groupby(REGIME_PARAM) if regime in predicted}
+    param, dimension, predicted = predictions(measured, variant, runs)
+    scores = {value: verdicts.seed_means(group[f"metrics.{metric}"], group["tags.seed"])
+              for value, group in runs.groupby(param) if value in predicted}
     if len(scores) < 3:
-        raise SweepError(f"{against}: {len(scores)} head regime(s) of depth {depth} trained; a ranking needs 3")
+        raise SweepError(f"{against}: {len(scores)} of the {dimension} the affinities rank trained; a ranking needs 3")
     names = sorted(scores)
     means = [float(pd.Series(scores[r]).mean()) for r in names]
     shared = set.intersection(*(set(scores[r]) for r in names))
@@ -348,7 +369,7 @@ def check_regimes(measured: Measured, variant: str | None, uri: str, against: st
     spent = spent_flops(uri, measured, variant)
     return RegimeCheck(predicted, scores, spearman([predicted[r] for r in names], means),
                        mean_ci([r for r in per_seed if not math.isnan(r)]), verdict,
-                       float(spent / runs["metrics.train_flops"].sum()) if spent else math.nan, metric)
+                       float(spent / runs["metrics.train_flops"].sum()) if spent else math.nan, metric, dimension)
 
 
 def spent_flops(uri: str, measured: Measured, variant: str | None) -> float:
@@ -364,8 +385,9 @@ def render_check(check: RegimeCheck, against: str) -> str:
     """What `mtbert affinity --against` prints: each regime's predicted score beside its measured
     mean, the rank correlation, the best's verdict and the compute the prediction took."""
     order = sorted(check.measured, key=lambda r: -check.predicted[r])
-    lines = [f"head regimes, predicted from the affinities vs measured by {against} ({check.metric}):",
-             f"  {'regime':<8} {'predicted':>10} {'measured':>9}  seeds"]
+    lines = [f"{check.dimension}, predicted from the affinities vs measured by {against} ({check.metric}):",
+             f"  {'regime' if check.dimension == 'head regimes' else 'k shared':<8} {'predicted':>10} "
+             f"{'measured':>9}  seeds"]
     for r in order:
         mean, half, n = mean_ci(check.measured[r].values())
         lines.append(f"  {r:<8} {check.predicted[r]:>+10.3g} {mean:>9.4f}  {n}"

@@ -118,12 +118,15 @@ def test_telemetry_changes_nothing_the_run_trains_and_its_cost_is_counted(tmp_pa
     assert repeatable(on.epochs) == repeatable(off.epochs)  # to the digit: equality, not a tolerance
     doc = read(tmp_path / "on")
     assert doc["measured"] == 4 and doc["flops"] > 0  # at global steps 4, 8, 12, 16 of 18
-    # S-I shares the first head layer: the encoder and the shared head layer are measured apart too.
-    assert {gr.parse_name(n)[1] for n in doc["epochs"]["1"]} == {gr.WHOLE, gr.ENCODER, gr.HEADS}
+    # S-I shares the first head layer: the encoder and the shared head layer are measured apart
+    # too, and each of the two shared encoder layers alone (what ranks the encoder depths).
+    assert {gr.parse_name(n)[1] for n in doc["epochs"]["1"]} == {gr.WHOLE, gr.ENCODER, gr.HEADS,
+                                                                 gr.encoder_layer(1), gr.encoder_layer(2)}
     # The measurement's FLOPs, and nothing else, are added to the run's compute.
     assert on.metrics["train_flops"] - off.metrics["train_flops"] == doc["flops"]
-    # One measurement: a held batch of every task (a proportional step trains one), 1 + 3 x 3
-    # forwards (3 tasks; the shared set, its encoder and its head layer) and 3 backwards of it.
+    # One measurement: a held batch of every task (a proportional step trains one), 1 + 3 x 5
+    # forwards (3 tasks; the shared set, its encoder, its head layer, each encoder layer) and 3
+    # backwards of it.
     per_step = off.metrics["train_flops"] / 18
     assert 10 * per_step < doc["flops"] / 4 < 50 * per_step
 
@@ -252,3 +255,20 @@ def test_regime_scores_add_the_layers_a_regime_shares():
     scores = gr.regime_scores(means, ["a", "b"], 2)
     assert max(scores, key=scores.get) == "S-I" and min(scores, key=scores.get) == "I-S"
     assert scores["I-I"] == 0.0 and scores["S-S"] == pytest.approx(0.0)
+
+
+def test_depth_scores_add_the_encoder_layers_a_depth_shares(tmp_path):
+    # Planted: the tasks help each other in the bottom layer and hurt each other in the second,
+    # so sharing one layer ranks first and sharing none beats sharing both only by the sign.
+    help_, hurt = blocks([["a", "b"]]), {pair: -2 * v for pair, v in blocks([["a", "b"]]).items()}
+    means = {gr.series_name(gr.AFFINITY, i, j, gr.encoder_layer(k)): v
+             for k, z in ((1, help_), (2, hurt)) for (i, j), v in z.items()}
+    scores = gr.depth_scores(means, ["a", "b"], 2)
+    assert scores[0] == 0.0 and max(scores, key=scores.get) == 1 and scores[2] < scores[0]
+    assert gr.depth_scores(means, ["a", "b"], 3) is None  # a third layer was not measured
+    # From a real run: a fine-tuned tiny encoder shares both its layers, each measured alone.
+    cfg = build_config({}, {**NOISY, "data.cache_dir": str(tmp_path / "cache"), "affinity.every_steps": 6})
+    train(cfg, output_dir=tmp_path / "out", log=None)
+    run = read(tmp_path / "out")["epochs"]["1"]
+    per_layer = [gr.score([cfg.tasks], gr.affinities(run, gr.encoder_layer(k))) for k in (1, 2)]
+    assert gr.depth_scores(run, cfg.tasks, 2) == pytest.approx({0: 0.0, 1: per_layer[0], 2: sum(per_layer)})
