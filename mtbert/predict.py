@@ -43,7 +43,9 @@ def _examples(cfg, task: str, split: str, as_trained: bool):
         dev = load_splits(cfg)[0][task][1]
         # Synthetic rows have no file: their position is their id.
         return [Example(e.text, e.text2, e.label, str(i)) for i, e in enumerate(dev)], "synthetic dev"
-    examples, bad = read_split(cfg, task, split)
+    # The whole split: a row whose label is missing is still a row to predict (and is left out
+    # of the score); as trained, the rows the run read, which had every label.
+    examples, bad = read_split(cfg, task, split, labels_required=split == "dev" and as_trained)
     if bad.total and not (split == "dev" and as_trained):
         # A prediction file answers every row of the split: one skipped row would leave the
         # hand-in a line short, and every line after it paired with the wrong id by position.
@@ -74,11 +76,13 @@ def predict_split(bundle, split: str, output: str | Path,
         examples, source = read[name]
         ds = bundle.encode(name, examples)
         sorted_preds, order = bundle.predict_dataset(ds)
-        labelled = all(e.label is not None for e in examples)
+        # Scored on the rows with a label (all of a dev split but a faulty row, none of a test split).
+        known = [k for k, i in enumerate(order) if examples[i].label is not None]
         score = None
-        if labelled:
-            labels = ds.labels[torch.as_tensor(order, dtype=torch.long)].to(sorted_preds.device)
-            score = task.score(sorted_preds, labels)
+        if known:
+            at = torch.as_tensor(known, dtype=torch.long)
+            labels = ds.labels[torch.as_tensor(order, dtype=torch.long)[at]].to(sorted_preds.device)
+            score = task.score(sorted_preds[at.to(sorted_preds.device)], labels)
         preds = [None] * len(order)
         for value, i in zip(sorted_preds.cpu().tolist(), order):
             preds[i] = value
@@ -90,6 +94,8 @@ def predict_split(bundle, split: str, output: str | Path,
                 f.write(f"{example.id} , {_format(task, value)} \n")
         done.append(TaskPredictions(name, path, str(source), len(examples), score))
         shown = f"{task.metric_name}={score:.4f}" if score is not None else "no labels, not scored"
+        if 0 < len(known) < len(examples):
+            shown += f" on the {len(known)} rows with a label"
         log(f"{name}: {len(examples)} predictions -> {path} ({shown})")
     scores = {p.task: p.score for p in done if p.score is not None}
     if scores:

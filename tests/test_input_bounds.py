@@ -7,7 +7,9 @@ subprocess under a memory cap and a timeout, so a regression fails fast instead 
 machine down."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import resource
 import sqlite3
 import subprocess
@@ -20,6 +22,7 @@ import yaml
 
 from mtbert.cli import main
 from mtbert.config import load_config
+from mtbert.predict import read_predictions
 
 from .orchestration.conftest import ROOT, TINY_BASE, cli_env, free_port, write_sweep
 from .test_bad_inputs import TRAIN_FAST, error_line
@@ -252,6 +255,28 @@ def test_predict_refuses_a_split_with_a_row_it_could_not_read(tmp_path, capsys):
                     "row 22); a prediction file needs every row: fix it (or --as-trained on dev scores the rows "
                     "the run read)")
     assert not (tmp_path / "preds").exists()  # nothing written for a split it refused
+
+
+def test_predict_writes_a_row_whose_label_is_missing_and_scores_the_others(tmp_path, capsys):
+    # CS224N's own quora-dev.csv has such a row: its text is there to predict, its score is not.
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [f"{i},the film number {i} is {'good' if i % 2 else 'bad'},{i % 5}" for i in range(40)]
+    (data / "train.csv").write_text("id,sentence,label\n" + "\n".join(rows) + "\n")
+    dev = rows[:7] + ["7,the film number 7 is good,"] + rows[8:]
+    (data / "dev.csv").write_text("id,sentence,label\n" + "\n".join(dev) + "\n")
+    files = {s: str(data / f"{s}.csv") for s in ("train", "dev")}
+    out = tmp_path / "run"
+    assert main(["train", "--output", str(out), *TRAIN_FAST, "--set", "tasks=[sst]", "--set", "data.source=files",
+                 "--set", f"data.files={{sst: {files}}}", "--set", f"data.cache_dir={tmp_path / 'cache'}"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out / "best"), "--split", "dev", "--output", str(tmp_path / "p")]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"sst: 40 predictions -> .* \(sst_acc=[\d.]+ on the 39 rows with a label\)", printed), printed
+    assert [i for i, _ in read_predictions(tmp_path / "p" / "sst-dev-output.csv")] == [str(i) for i in range(40)]
+    # Scored as the run scored: the same 39 rows (the run skipped the one without a label).
+    scored = json.loads((tmp_path / "p" / "scores-dev.json").read_text())["sst"]
+    assert scored == pytest.approx(json.loads((out / "result.json").read_text())["metrics"]["sst_acc"])
 
 
 # --------------------------------------------------------------------------- outputs

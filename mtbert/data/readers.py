@@ -353,14 +353,16 @@ def resolve_files(cfg: Config) -> Config:
     return cfg
 
 
-def read_split(cfg: Config, task_name: str, split: str) -> tuple[list[Example], BadRows]:
-    """One split of one task from files (not synthetic), ids kept; `test` may lack labels."""
+def read_split(cfg: Config, task_name: str, split: str,
+               labels_required: bool | None = None) -> tuple[list[Example], BadRows]:
+    """One split of one task from files (not synthetic), ids kept; `test` may lack labels, and
+    so may any split read with labels_required=False (a row without one has label None)."""
     task = get_task(task_name)
     path, fmt, columns, key = split_file(cfg, task, split)
     if not path.is_file():
         raise DataError(f"{key}: {path} not found")
     examples, bad = read_examples(path, task, fmt, columns, cfg.data.on_bad_row,
-                                  labels_required=split != "test")
+                                  labels_required=split != "test" if labels_required is None else labels_required)
     if not examples:
         raise DataError(f"{key}: {path}: no usable rows ({bad.summary()})")
     return examples, bad

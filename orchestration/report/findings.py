@@ -319,6 +319,18 @@ def export_table(table: pd.DataFrame) -> export.Table:
                         align=("l", "l", "l", "c", "r", "l", "l", "l", "r"))
 
 
+def summary_table(table: pd.DataFrame) -> str:
+    """The findings in four columns (claim, verdict, effect, seeds needed) and the error rate
+    they keep: the sweep run's description in the MLflow UI, whose half-page column the whole
+    table's nine columns overflowed. The whole table and its caption are findings.md."""
+    rows = [[export.Cell(str(c)) for c in (r["claim"], f"**{r['verdict']}**", _effect(r), _seeds(r))]
+            for _, r in table.iterrows()]
+    note = (rate_caption(list(table["error_rate"])) + " " if len(table) else "") + \
+        "Every column and what it means: the artifact findings.md, or `mtbert findings`."
+    return export.markdown(export.Table(["Claim", "Verdict", "Effect A − B (interval)", "Seeds needed"], rows,
+                                        note.strip(), left=1, align=("l", "l", "r", "r")))
+
+
 def render(table: pd.DataFrame, fmt: str = "md") -> str:
     if fmt not in FORMATS:
         raise SweepError(f"--format {fmt}: expected {' or '.join(FORMATS)}")

@@ -1045,7 +1045,7 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     each configuration's part in the claims on its run; a line per claim for the console. A --smoke run trains a tiny encoder on synthetic data for
     seconds: its claims are checked for shape (each side selects configurations that ran, the
     metric is logged) and never judged, so that no verdict of a smoke run is ever cited."""
-    from orchestration.report.findings import claim_marks, claim_sides, judge_claims, read_runs, render
+    from orchestration.report.findings import claim_marks, claim_sides, judge_claims, read_runs, render, summary_table
     from orchestration.report.verdicts import NOT_RUN
 
     tracking.flush()  # the trials' last figures are in the store
@@ -1064,7 +1064,7 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
     # verdict and interval searchable on the parent, each configuration's part on its run.
     metrics, tags = claim_marks(table)
     tracking.log_parent(metrics, {"verdicts": ", ".join(f"{n} {v}" for v, n in counts.items()),
-                                  NOTE_TAG: _note(text), **tags})
+                                  NOTE_TAG: _note(summary_table(table)), **tags})
     for variant, sides in claim_sides(runs, claims, table).items():
         tracking.tag_configuration(variant, sides)
     lines = []
@@ -1078,7 +1078,21 @@ def _judge(tracking: SweepTracking, experiment: str, claims: list, smoke: bool =
         lines.append(f"claim {r['claim']}: {r['verdict']}, {interval}, n={int(r['n'])}"
                      + (f" (sequential {r['looks']})" if r.get("looks") else "")
                      + (f"; {', '.join(diverged)}" if diverged else ""))
-    return lines
+    return lines + _more_seeds(table, Path(tracking.state_dir) if tracking.state_dir else None)
+
+
+def _more_seeds(table, run_dir: Path | None) -> list[str]:
+    """The command that gives an adaptive sweep's open claims the seeds they need (findings'
+    seeds_needed), when the sweep ended with one inconclusive for want of them."""
+    import pandas as pd
+
+    open_ = table[(table["verdict"] == "inconclusive") & table["looks"].fillna("").astype(bool)] \
+        if "looks" in table else table.iloc[0:0]
+    needed = [int(n) for n, have in zip(open_["seeds_needed"], open_["n"]) if not pd.isna(n) and n > have]
+    if not needed or run_dir is None:
+        return []
+    return [f"more seeds for the open claim(s): {_resume_command(run_dir)} --seeds-max {max(needed)} "
+            f"(about {max(needed)} paired seeds would decide them; no finished trial runs again)"]
 
 
 NOTE_TAG = "mlflow.note.content"  # a run's description, which the MLflow UI renders as markdown
@@ -1086,8 +1100,8 @@ NOTE_MAX = 8000  # MLflow's longest tag value
 
 
 def _note(findings_md: str) -> str:
-    """The parent run's description: the findings table, cut short (pointing at findings.md)
-    where it passes MLflow's longest tag value."""
+    """The parent run's description: the findings in brief (findings.summary_table), cut short
+    (pointing at findings.md) where it passes MLflow's longest tag value."""
     text = "### Verdicts\n\n" + findings_md
     if len(text) <= NOTE_MAX:
         return text

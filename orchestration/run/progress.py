@@ -51,11 +51,24 @@ def sweep_time_left(durations: list[float], running_for: list[float], pending: i
     ones' `durations` (a running one what it lacks of that, `running_for` it has run), and
     the pending ones start as slots free up, `slots` trials at a time. None before a trial
     has finished, as nothing tells how long one takes yet."""
-    if not durations:
+    return time_left_by_configuration({"": durations}, [("", t) for t in running_for], [""] * pending, slots)
+
+
+def time_left_by_configuration(durations: dict[str, list[float]], running: list[tuple[str | None, float]],
+                               pending: list[str | None], slots: int) -> float | None:
+    """sweep_time_left with each trial taking the mean of its own configuration's finished
+    trials (`durations` by variant; a fine-tuned trial and a frozen one differ 25-fold), else
+    of all of them: `running` (variant, seconds it has run), `pending` the variants to come."""
+    every = [d for ds in durations.values() for d in ds]
+    if not every:
         return None
-    mean = sum(durations) / len(durations)
-    # A trial past the mean is taken to end now: that is all the mean can say of it.
-    return makespan([mean] * pending, slots, [max(mean - t, 0.0) for t in running_for])
+    overall = sum(every) / len(every)
+
+    def expect(variant: str | None) -> float:
+        own = durations.get(variant or "")
+        return sum(own) / len(own) if own else overall
+    # A trial past its mean is taken to end now: that is all the mean can say of it.
+    return makespan([expect(v) for v in pending], slots, [max(expect(v) - t, 0.0) for v, t in running])
 
 
 class ProgressPrinter(Callback):
@@ -68,11 +81,11 @@ class ProgressPrinter(Callback):
 
     def __init__(self, total: int, metric: str, mode: str, tracking: SweepTracking | None = None,
                  upto: bool = False, max_concurrent: int | None = None,
-                 round_pending: Callable[[], tuple[int, int] | None] | None = None):
+                 round_pending: Callable[[], tuple[int, list[str]] | None] | None = None):
         self.tracking = tracking  # to tell an interrupt from a finish
         self.total = total
         self.upto = upto  # adaptive seeds: `total` is the most it may run, not a plan
-        # Adaptive seeds: (round, its trials not started yet) (SweepSearcher.round_pending), so
+        # Adaptive seeds: (round, its trials' variants not started yet) (SweepSearcher.round_pending), so
         # the line can say what is left of the round, which is planned, and how long it takes.
         self.round_pending = round_pending
         self.metric = metric
@@ -85,7 +98,8 @@ class ProgressPrinter(Callback):
         self._completed: set[str] = set()
         self.max_concurrent = max_concurrent
         self._began: dict[str, float] = {}  # trial key -> when it started under this driver
-        self._durations: list[float] = []  # the trials finished under this driver, start to end
+        # The trials finished under this driver, start to end, by configuration (variant).
+        self._durations: dict[str, list[float]] = {}
         self._most_running = 0
 
     def interrupted(self) -> bool:
@@ -96,7 +110,7 @@ class ProgressPrinter(Callback):
         self._t0 = time.monotonic()
         self._last = self._t0
         self._started, self._completed = set(), set()  # this driver's, also on a resume
-        self._began, self._durations, self._most_running = {}, [], 0
+        self._began, self._durations, self._most_running = {}, {}, 0
 
     def _print(self, text: str) -> None:
         print(f"[{_clock(time.monotonic() - self._t0)}] {text}", flush=True)
@@ -137,40 +151,43 @@ class ProgressPrinter(Callback):
         pending = counts.get("PENDING", 0) if upto else max(self.total - done - failed - gone - counts["RUNNING"], 0)
         of = f"of {'up to ' if upto else ''}{self.total}"
         in_round = self._round(pending) if upto else None
+        coming: int | list[str | None] = pending
         if in_round is not None:  # adaptive: the round is planned, what follows it is not
-            pending, of = in_round[1], f"in round {in_round[0]} (up to {self.total} trials in all)"
-        left = self._time_left(trials, pending) if not stopping and (not upto or in_round) else ""
+            coming, of = in_round[1], f"in round {in_round[0]} (up to {self.total} trials in all)"
+            pending = len(coming)
+        left = self._time_left(trials, coming) if not stopping and (not upto or in_round) else ""
         return (f"{counts['RUNNING']} running, {done - stopped} finished, {stopped} stopped early, "
                 + (f"{gone} diverged, " if gone else "") + f"{failed} failed, {pending} pending {of}"
                 + (f" ({interrupted} interrupted)" if interrupted else "")
                 + left + (" in this round" if left and upto else "") + f" | {self._best(trials)}")
 
-    def _round(self, tune_pending: int) -> tuple[int, int] | None:
-        """(round, its trials not started) under adaptive seeds: the searcher's not handed out
-        yet plus Tune's PENDING; None where the searcher cannot say (a printer restored from an
-        older sweep)."""
+    def _round(self, tune_pending: int) -> tuple[int, list[str | None]] | None:
+        """(round, the variants of its trials not started) under adaptive seeds: those the
+        searcher has not handed out yet, and Tune's PENDING ones; None where the searcher
+        cannot say (a printer restored from an older sweep)."""
         ask = getattr(self, "round_pending", None)
         try:
             got = ask() if ask is not None else None
         except Exception:  # the progress line must never stop a sweep
             return None
-        return None if got is None else (got[0], got[1] + tune_pending)
+        return None if got is None else (got[0], [*got[1], *[None] * tune_pending])
 
-    def _time_left(self, trials: list, pending: int) -> str:
+    def _time_left(self, trials: list, pending: int | list[str | None]) -> str:
         """`, about 12:40 left` (empty with nothing left, or nothing finished to time it by).
-        Not for adaptive seeds: how many trials they add is decided as they go."""
+        `pending`: how many trials are to come, or (adaptive seeds, the round's) their variants."""
         now = time.monotonic()
         began = getattr(self, "_began", {})
-        running_for = [now - began[t.config["key"]] for t in trials
-                       if t.status == "RUNNING" and t.config["key"] in began]
-        running = sum(t.status == "RUNNING" for t in trials)
-        self._most_running = max(getattr(self, "_most_running", 0), running)
-        slots = getattr(self, "max_concurrent", None) or self._most_running
         # A running trial this driver did not start (restored on a resume) has no start: it is
         # counted as just started.
-        running_for += [0.0] * (running - len(running_for))
-        left = sweep_time_left(getattr(self, "_durations", []), running_for, pending, slots)
-        return f", about {clock(left)} left" if left is not None and (running or pending) else ""
+        running = [(t.config.get("variant"), now - began.get(t.config["key"], now))
+                   for t in trials if t.status == "RUNNING"]
+        self._most_running = max(getattr(self, "_most_running", 0), len(running))
+        slots = getattr(self, "max_concurrent", None) or self._most_running
+        durations = getattr(self, "_durations", {})
+        durations = {"": durations} if isinstance(durations, list) else durations
+        coming = pending if isinstance(pending, list) else [None] * pending
+        left = time_left_by_configuration(durations, running, coming, slots)
+        return f", about {clock(left)} left" if left is not None and (running or coming) else ""
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = time.monotonic()
@@ -183,7 +200,7 @@ class ProgressPrinter(Callback):
             return
         self._started = getattr(self, "_started", set()) | {trial.config["key"]}
         if not hasattr(self, "_began"):  # a printer pickled before these existed
-            self._began, self._durations = {}, []
+            self._began, self._durations = {}, {}
         self._began.setdefault(trial.config["key"], time.monotonic())  # a retry keeps its first start
         self._print(f"start   {trial.config['key']:<14} {describe(trial.config)}")
 
@@ -204,7 +221,9 @@ class ProgressPrinter(Callback):
             return
         began = getattr(self, "_began", {}).get(trial.config["key"])
         if began is not None:
-            self._durations.append(time.monotonic() - began)
+            if isinstance(self._durations, list):  # a printer pickled when they were one list
+                self._durations = {"": self._durations}
+            self._durations.setdefault(trial.config.get("variant", ""), []).append(time.monotonic() - began)
         budget = trial.config["config"]["train"]["epochs"]
         epoch = int(result.get("epoch", 0))
         note = ""

@@ -333,13 +333,13 @@ class SweepSearcher(Searcher):
         self._planner.sweep.adaptive = self._rounds.design
         self._planner.sweep.claims = self._rounds.claims
 
-    def round_pending(self) -> tuple[int, int] | None:
-        """Under adaptive seeds, (the round, its trials not yet handed to Tune); else None.
-        Tune asks for a trial only when a slot is free, so its own PENDING count is 0 while
-        most of a round waits: the progress line counts the round's from here."""
+    def round_pending(self) -> tuple[int, list[str]] | None:
+        """Under adaptive seeds, (the round, the variants of its trials not yet handed to Tune);
+        else None. Tune asks for a trial only when a slot is free, so its own PENDING count is
+        0 while most of a round waits: the progress line counts and times the round's from here."""
         if self._rounds is None:
             return None
-        return self._rounds.round, len(self._fixed) - self._next_fixed + len(self._rounds.queue)
+        return self._rounds.round, [t["variant"] for t in (*self._fixed[self._next_fixed:], *self._rounds.queue)]
 
     @property
     def total_trials(self) -> int:

@@ -232,6 +232,11 @@ def _trial() -> dict[str, Any]:
             "error": None, "log": None, "sent": {"cursor": 0, "tags": {}, "metrics": {}}}
 
 
+def _digits(x: float) -> float:
+    """`x` to four significant digits (a configuration run's figures, for the UI's table)."""
+    return float(f"{x:.4g}") if math.isfinite(x) else x
+
+
 def _configuration() -> dict[str, Any]:
     # Its figures come from its seeds' records; it keeps only the tags given to it (its part in
     # the claims) and what its run holds.
@@ -387,12 +392,14 @@ class SweepRecord:
                     finished.append((k, metrics))
         metrics: dict[str, float] = {}
         # overall first: MLflow's compare page charts a run's first metric.
+        # Four significant digits: the UI's runs table prints every digit a metric has, which
+        # pushed the columns past the screen, and seed means support no more.
         for name in dict.fromkeys(["overall", *(n for _, m in finished for n in m)]):
             mean, half, n = mean_ci(m.get(name) for _, m in finished)
             if n:
-                metrics[name] = mean
+                metrics[name] = _digits(mean)
             if n >= 2 and math.isfinite(half):
-                metrics[f"{name}_ci_low"], metrics[f"{name}_ci_high"] = mean - half, mean + half
+                metrics[f"{name}_ci_low"], metrics[f"{name}_ci_high"] = _digits(mean - half), _digits(mean + half)
         metrics.update(seeds=float(len(finished)), seeds_diverged=float(len(diverged)))
         tags = {"variant": variant, "role": CONFIGURATION, "configuration_role": str(first.get("role", "")),
                 "seed_runs": ",".join(k for k, _ in finished), "diverged_seeds": ",".join(k for k, _ in diverged),

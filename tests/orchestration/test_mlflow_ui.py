@@ -189,7 +189,8 @@ def test_each_configuration_is_a_run_under_the_sweep_with_its_mean_interval_and_
         assert m["seeds"] == 2 and m["seeds_diverged"] == 0
         assert m["overall_ci_low"] <= m["overall"] <= m["overall_ci_high"]
         seeds = client.search_runs([experiment.experiment_id], f"tags.variant = '{variant}' and tags.role != 'configuration'")
-        assert m["overall"] == pytest.approx(sum(s.data.metrics["overall"] for s in seeds) / 2)
+        mean = sum(s.data.metrics["overall"] for s in seeds) / 2
+        assert m["overall"] == float(f"{mean:.4g}")  # four significant digits: what the runs table shows
     # Its part in the claim, and the claim's verdict, on the configuration's run.
     verdict = parent.data.tags["claim/S-I-I_I-I-I"]
     assert configs["p000"].data.tags["claim/S-I-I_I-I-I"] == f"A, {verdict}"
@@ -209,6 +210,8 @@ def test_the_sweeps_run_carries_its_verdicts_searchable_and_rendered(configured,
     assert [r.info.run_id for r in found] == [parent.info.run_id]
     note = tags["mlflow.note.content"]
     assert note.startswith("### Verdicts") and "| S-I-I > I-I-I |" in note and f"**{verdict}**" in note
+    # Four columns fit the description's half page; the rest is findings.md, which it names.
+    assert "| Claim | Verdict | Effect A − B (interval) | Seeds needed |" in note and "findings.md" in note
     chromium = _chromium()
     page = f"{uri}/#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}?workflowType=machine_learning"
     text = _text(_dom(page, chromium, until="Verdicts"))

@@ -4,6 +4,7 @@ new seeds only, under the same parent run, and its verdict takes the extended lo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,9 @@ def test_more_seeds_train_only_the_new_trials(tmp_path):
                     "--storage", storage], cwd=tmp_path, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "no round 3 (1 undecided claim(s) at 2 seeds)" in proc.stdout, proc.stdout
+    # The sweep says how to give the open claim the seeds it needs.
+    assert re.search(rf"^more seeds for the open claim\(s\): \S*mtbert sweep resume more --storage {storage} "
+                     r"--seeds-max \d+ \(about \d+ paired seeds would decide them", proc.stdout, re.M), proc.stdout
     # The shared setup said on its own: no trial's time, nor the seeds' budget.hours.
     assert "shared setup " in proc.stdout and "no trial's time, nor seeds.budget.hours'" in proc.stdout, proc.stdout
     _, before = _children(uri)

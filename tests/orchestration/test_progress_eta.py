@@ -8,7 +8,7 @@ import pytest
 from ray.tune.experiment import Trial
 
 from mtbert.train.progress import clock, time_left
-from orchestration.run.progress import ProgressPrinter, sweep_time_left
+from orchestration.run.progress import ProgressPrinter, sweep_time_left, time_left_by_configuration
 
 
 def test_nothing_finished_is_no_estimate():
@@ -28,6 +28,17 @@ def test_pending_trials_wait_for_a_slot():
     assert sweep_time_left([100.0], [150.0], pending=0, slots=1) == 0.0
 
 
+def test_each_trial_is_timed_by_its_own_configuration():
+    # A fine-tuned configuration's trials take 100 s, a frozen one's 10 s. One slot runs a
+    # fine-tuned trial 40 s in; the other takes the frozen trial to come (10 s), then the
+    # fine-tuned one (100 s): 110 s. The mean of all (55 s) would have said 70 s.
+    durations = {"tuned": [100.0], "frozen": [10.0]}
+    assert time_left_by_configuration(durations, [("tuned", 40.0)], ["frozen", "tuned"], 2) == pytest.approx(110.0)
+    assert sweep_time_left([100.0, 10.0], [40.0], pending=2, slots=2) == pytest.approx(70.0)
+    # A configuration with nothing finished yet takes the mean of all.
+    assert time_left_by_configuration(durations, [], ["new"], 1) == pytest.approx(55.0)
+
+
 def test_time_left_at_the_rate_so_far():
     assert time_left(250, 1000, 10.0) == pytest.approx(30.0)
     assert time_left(1000, 1000, 10.0) == 0.0
@@ -35,7 +46,8 @@ def test_time_left_at_the_rate_so_far():
 
 
 def _trial(key: str, status: str, role: str = "search") -> Trial:
-    trial = Trial("fn", config={"key": key, "role": role, "config": {"train": {"epochs": 1}}}, stub=True)
+    trial = Trial("fn", config={"key": key, "variant": key.rsplit("-s", 1)[0], "role": role,
+                                "config": {"train": {"epochs": 1}}}, stub=True)
     trial.set_status(status)
     return trial
 
@@ -92,7 +104,7 @@ def test_an_adaptive_sweep_says_what_is_left_of_its_round(tmp_path):
     printer = ProgressPrinter(total=searcher.total_trials, metric="best_overall", mode="max", upto=True,
                               max_concurrent=2, round_pending=searcher.round_pending)
     printer.setup()
-    assert searcher.round_pending() == (1, 6)  # 2 configurations x 3 seeds, none handed out
+    assert searcher.round_pending() == (1, ["baseline"] * 3 + ["p000"] * 3)  # 2 configurations x 3 seeds
     trials = [_trial(searcher.suggest(f"t{i}")["key"], Trial.RUNNING) for i in range(2)]
     for trial in trials:
         printer.on_trial_start(0, trials, trial)

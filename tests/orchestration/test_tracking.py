@@ -103,8 +103,11 @@ def test_each_configuration_has_a_run_with_its_mean_interval_and_seeds(swept):
     # The mean over its seeds under the figure's name, the 95% t-interval's ends, the seed count.
     m = p000.data.metrics
     mean, half, n = mean_ci([0.50, 0.60])
+    # (to four significant digits: what the UI's table then shows in full)
     assert m["overall"] == pytest.approx(mean) and m["seeds"] == 2 and m["seeds_diverged"] == 0
-    assert (m["overall_ci_low"], m["overall_ci_high"]) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    assert (m["overall_ci_low"], m["overall_ci_high"]) == (pytest.approx(mean - half, rel=1e-3),
+                                                           pytest.approx(mean + half, rel=1e-3))
+    assert m["overall_ci_low"] == float(f"{mean - half:.4g}")
     assert m["train_time_s"] == pytest.approx((15.0 + 18.0) / 2) and "sst_acc_ci_low" in m
     # A failed seed is not averaged in: one seed, no interval.
     p001 = configs["p001"].data
