@@ -189,33 +189,40 @@ def sharing_keys(grouping: Grouping, tasks: Sequence[str], head_depth: int) -> d
     return {"sharing.head_regime": "-".join(["S"] * depth), "sharing.head_share_tasks": share}
 
 
+def layer_scores(means: dict[str, float], tasks: Sequence[str], part, layers: int) -> list[float] | None:
+    """TAG's score of all tasks in one group on each of `layers` layers measured alone (the
+    part names `part(1)`, `part(2)`, ...): what the regimes and depths below add up. None when
+    a layer's affinities are missing."""
+    per_layer = []
+    for k in range(1, layers + 1):
+        z = affinities(means, part(k))
+        if not z:
+            return None
+        per_layer.append(score([list(tasks)], z))
+    return per_layer
+
+
 def regime_scores(means: dict[str, float], tasks: Sequence[str], depth: int) -> dict[str, float] | None:
     """A predicted score of every S/I head regime of `depth` hidden layers, from one run that
     shares every head layer (S-...-S) and measured each alone (head-layer-k): a regime's score is
     TAG's score of all tasks in one group on each layer it shares, summed over those layers
     (I-...-I scores 0). So a layer whose tasks help each other counts for sharing it, one where
     they hurt each other against. None when a layer's affinities are missing."""
-    per_layer = []
-    for k in range(1, depth + 1):
-        z = affinities(means, head_layer(k))
-        if not z:
-            return None
-        per_layer.append(score([list(tasks)], z))
+    per_layer = layer_scores(means, tasks, head_layer, depth)
+    if per_layer is None:
+        return None
     return {"-".join(letters): sum(v for v, letter in zip(per_layer, letters) if letter == "S")
             for letters in itertools.product("IS", repeat=depth)}
 
 
 def depth_scores(means: dict[str, float], tasks: Sequence[str], layers: int) -> dict[int, float] | None:
     """A predicted score of sharing the bottom k of `layers` encoder layers, k = 0..layers, from
-    one run that shares all of them and measured each alone (encoder-layer-k): TAG's score of
-    all tasks in one group on each of the k layers, summed (k = 0 scores 0), as regime_scores
-    sums the head layers a regime shares. None when a layer's affinities are missing."""
-    per_layer = []
-    for k in range(1, layers + 1):
-        z = affinities(means, encoder_layer(k))
-        if not z:
-            return None
-        per_layer.append(score([list(tasks)], z))
+    one run that shares all of them and measured each alone (encoder-layer-k): the layer scores
+    of its bottom k layers summed (k = 0 scores 0), as regime_scores sums the head layers a
+    regime shares. None when a layer's affinities are missing."""
+    per_layer = layer_scores(means, tasks, encoder_layer, layers)
+    if per_layer is None:
+        return None
     return {k: float(sum(per_layer[:k])) for k in range(layers + 1)}
 
 
