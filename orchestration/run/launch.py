@@ -679,7 +679,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     run_dir = _find_run_dir(path_or_name, storage)
     state = _read_state(run_dir / SWEEP_STATE)
     searcher, new_dir = _restored_for_more_seeds(run_dir, state, seeds_max)
-    rounds, sweep = searcher._rounds, searcher.planner.sweep
+    rounds, sweep = searcher.rounds, searcher.planner.sweep
     was = rounds.design.max
     searcher.extend(seeds_max)
     planner = searcher.planner
@@ -720,7 +720,7 @@ def _restored_for_more_seeds(run_dir: Path, state: dict, seeds_max: int):
         raise SweepError(f"--seeds-max: sweep {run_dir.name} runs a list of seeds; more seeds are for adaptive "
                          "seeds ({start, max}), whose claims say where they go")
     searcher = SweepSearcher.restored(run_dir)
-    rounds, sweep = searcher._rounds, searcher.planner.sweep
+    rounds, sweep = searcher.rounds, searcher.planner.sweep
     if rounds.finished is None:
         raise SweepError(f"--seeds-max: sweep {run_dir.name} has not ended; `{_resume_command(run_dir)}` first")
     if not rounds.design.max < seeds_max <= MAX_SEEDS:

@@ -327,6 +327,12 @@ class SweepSearcher(Searcher):
     def planner(self) -> Planner:
         return self._planner
 
+    @property
+    def rounds(self) -> SeedRounds | None:
+        """The adaptive seeds' state (None for a list of seeds): what `sweep resume
+        --seeds-max` reads of an ended sweep (its maximum, its trials, whether it ended)."""
+        return self._rounds
+
     def extend(self, most: int) -> None:
         """SeedRounds.extend, and the sweep the planner plans by: at most `most` seeds each."""
         self._rounds.extend(most)

@@ -87,7 +87,7 @@ def test_only_open_claims_get_seeds_until_max(tmp_path):
     keys = drive(searcher)
     # S-I-I was decided after the first round; I-S-S and its baseline went on, one seed a round, to 5.
     assert by_variant(keys) == {"baseline": [0, 1, 2, 3, 4], "p000": [0, 1], "p001": [0, 1, 2, 3, 4]}
-    rounds = searcher._rounds.rounds
+    rounds = searcher.rounds.rounds
     assert [r["open"] for r in rounds] == [["I-S-S > I-I-I"]] * 3 + [[]]
     assert rounds[0]["verdicts"] == {"S-I-I > I-I-I": "holds", "I-S-S > I-I-I": "inconclusive"}
     assert rounds[-1]["end"] == "1 undecided claim(s) at 5 seeds"
@@ -106,7 +106,7 @@ def test_a_budget_cuts_the_rounds_and_a_tm_claim_takes_the_baseline(tmp_path):
     # The claim compares scores taken against each seed's baseline: the baseline gets the seed too.
     # 6 trials, then 3 a round while they fit: 9; a third round would make 12 > 11.
     assert by_variant(keys) == {"baseline": [0, 1, 2], "p000": [0, 1, 2], "p001": [0, 1, 2]}
-    assert searcher._rounds.rounds[-1]["end"] == "budget.trials spent"
+    assert searcher.rounds.rounds[-1]["end"] == "budget.trials spent"
 
 
 def test_budget_hours_counts_the_trials_time_not_the_setup(tmp_path):
@@ -126,8 +126,8 @@ def test_budget_hours_counts_the_trials_time_not_the_setup(tmp_path):
         slow.on_trial_result(trial_id, result)
         slow.on_trial_complete(trial_id, result)
     assert slow.suggest("t9") == Searcher.FINISHED
-    assert slow._rounds.rounds[-1]["end"].startswith("budget.hours spent: 0.0003")
-    assert slow._rounds.describe_round().startswith("seeds: no round 2 (budget.hours spent: 0.0003")
+    assert slow.rounds.rounds[-1]["end"].startswith("budget.hours spent: 0.0003")
+    assert slow.rounds.describe_round().startswith("seeds: no round 2 (budget.hours spent: 0.0003")
 
 
 def test_a_restored_searcher_adds_the_same_seeds(tmp_path):
@@ -166,8 +166,8 @@ def test_more_seeds_for_an_ended_sweep_go_to_its_open_claims_only(tmp_path):
     added = drive(more, [])
     # Only the open claim's configurations, only seeds they have not run: nothing trained twice.
     assert by_variant(added) == {"p001": [3, 4], "baseline": [3, 4]}
-    assert more._rounds.rounds[-1]["end"] == "1 undecided claim(s) at 5 seeds"
-    assert more._rounds.extended == [3]
+    assert more.rounds.rounds[-1]["end"] == "1 undecided claim(s) at 5 seeds"
+    assert more.rounds.extended == [3]
 
 
 # --------------------------------------------------------------------------- a real sweep

@@ -67,7 +67,7 @@ def test_rounds_decide_on_diverged_seeds_as_findings_does(tmp_path):
                        seeds=SEEDS, claims=[RATE_CLAIM, close], verdicts={"error_rate": "claim"})
     searcher = make_searcher(Planner(load_sweep(path)))
     keys = drive(searcher)
-    rounds = searcher._rounds
+    rounds = searcher.rounds
     # The rate claim is judged from the first round on (not "not run" until the sweep ends), and
     # holds at its 8th seed. The ≈ claim leaves lr 2e-3's seed 1 (NaN loss) out of its pairs: one
     # pair after round 1, so a second round; seeds 0 and 2 then give the exact difference 0.1.
@@ -87,8 +87,8 @@ def test_rounds_decide_on_diverged_seeds_as_findings_does(tmp_path):
     searcher.save_to_dir(str(tmp_path))
     restored = SweepSearcher.restored(tmp_path)
     for name in ("diverged", "summaries"):
-        restored._rounds.__dict__.pop(name)
-    assert restored._rounds.gone("p000") == {}
+        restored.rounds.__dict__.pop(name)
+    assert restored.rounds.gone("p000") == {}
 
 
 def test_rounds_take_delta_m_against_the_single_task_trials_as_tracking_does(tmp_path):
@@ -114,7 +114,7 @@ def test_rounds_take_delta_m_against_the_single_task_trials_as_tracking_does(tmp
             searcher.on_trial_result(trial_id, result)
             searcher.on_trial_complete(trial_id, result)
             del running[trial_id]
-    rounds = searcher._rounds
+    rounds = searcher.rounds
     verdict = rounds.verdicts()[claim["name"]]
     assert rounds.rounds[0]["verdicts"] == {claim["name"]: "holds"} and rounds.finished == "every claim decided"
     assert (verdict.interval.n, verdict.interval.exact) == (2, True)
@@ -145,7 +145,7 @@ def test_a_sweep_stops_a_divergence_claim_with_the_verdict_findings_gives(tmp_pa
 
     # The round that stopped the claim, as the searcher saved it, and `mtbert findings` on the
     # store alone: one verdict, one interval.
-    rounds = SweepSearcher.restored(tmp_path / "runs" / "blowup")._rounds
+    rounds = SweepSearcher.restored(tmp_path / "runs" / "blowup").rounds
     last = rounds.verdicts()[RATE_CLAIM["name"]]
     assert rounds.rounds[-1]["verdicts"] == {RATE_CLAIM["name"]: "holds"}
     proc = run_cli(["findings", "--tracking-uri", uri, "--format", "csv"], cwd=tmp_path)
