@@ -685,7 +685,8 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     planner = searcher.planner
     total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
     claims_doc = to_doc(sweep.claims, {**_seeds_design(sweep), "extended_from": rounds.extended})
-    tags = {"seeds": f"adaptive {sweep.adaptive.start}..{'..'.join(map(str, rounds.extended))}..{seeds_max}",
+    looks = sweep.claims[0].looks or (sweep.adaptive.start, seeds_max)
+    tags = {"seeds": f"adaptive {'..'.join(map(str, (sweep.adaptive.start, *looks[1:])))}",
             DELTA_TAG: delta_design_tag(sweep.claims, configurations(planner.fixed_trials()),
                                         sweep.claims[0].looks, "median")}
     check_tracking(state["tracking_uri"])
@@ -723,9 +724,14 @@ def _restored_for_more_seeds(run_dir: Path, state: dict, seeds_max: int):
     rounds, sweep = searcher.rounds, searcher.planner.sweep
     if rounds.finished is None:
         raise SweepError(f"--seeds-max: sweep {run_dir.name} has not ended; `{_resume_command(run_dir)}` first")
-    if not rounds.design.max < seeds_max <= MAX_SEEDS:
+    ran = max(rounds.seeds.values())
+    # A sweep its budget stopped short of its maximum may go on to it (or less), as planned.
+    if not (rounds.design.max < seeds_max <= MAX_SEEDS
+            or (rounds.budget_stopped() and ran < seeds_max <= rounds.design.max)):
+        within = (f" (its budget stopped it at {ran} seeds: from {ran + 1} to {rounds.design.max} it goes on "
+                  "as planned)" if rounds.budget_stopped() and ran < rounds.design.max else "")
         raise SweepError(f"--seeds-max {seeds_max}: sweep {run_dir.name} already looked up to {rounds.design.max} "
-                         f"seeds; give more than that, at most {MAX_SEEDS}")
+                         f"seeds; give more than that, at most {MAX_SEEDS}{within}")
     if any(c.interval != "median" for c in sweep.claims):
         raise SweepError(f"--seeds-max: sweep {run_dir.name} judges by the mean's t-interval, whose level is "
                          "calibrated for its own looks; more seeds need `verdicts: {interval: median}`")
@@ -1088,7 +1094,10 @@ def _more_seeds(table, run_dir: Path | None) -> list[str]:
 
     open_ = table[(table["verdict"] == "inconclusive") & table["looks"].fillna("").astype(bool)] \
         if "looks" in table else table.iloc[0:0]
-    needed = [int(n) for n, have in zip(open_["seeds_needed"], open_["n"]) if not pd.isna(n) and n > have]
+    # Up to the sweep's last look, where its budget stopped it short of it; past it otherwise.
+    needed = [int(n) if have < (last := int(str(looks).split("..")[-1])) else max(int(n), last + 1)
+              for n, have, looks in zip(open_["seeds_needed"], open_["n"], open_["looks"])
+              if not pd.isna(n) and n > have]
     if not needed or run_dir is None:
         return []
     return [f"more seeds for the open claim(s): {_resume_command(run_dir)} --seeds-max {max(needed)} "

@@ -90,18 +90,25 @@ class SeedRounds:
     def restored(self) -> None:
         self._tick = time.time()  # the time the driver was down is not the sweep's
 
+    def budget_stopped(self) -> bool:
+        """Whether the sweep ended at its budget (hours, trials) before its claims' maximum."""
+        return (self.finished or "").startswith("budget")
+
     def extend(self, most: int) -> None:
-        """More seeds for an ended sweep: open claims go on to `most` paired seeds, each claim's
-        looks gaining the new maximum (verdicts.extended_bounds: the looks taken keep their
-        bounds). `most` is the extension's budget: the sweep's own budget was the first part's."""
+        """More seeds for an ended sweep: open claims go on to `most` paired seeds. Past the
+        sweep's maximum each claim's looks gain the new one (verdicts.extended_bounds: the looks
+        taken keep their bounds); within it, after a budget stop, the looks go on as planned
+        (each look's bound was set for all of them at once, so when the sweep stops or goes on
+        does not change its rate). The sweep's own budget was the first part's."""
         from dataclasses import replace
 
         from orchestration.sweep.spec import AdaptiveSeeds
 
-        self.extended = [*getattr(self, "extended", []), self.design.max]  # a state saved before the field
+        if not (self.budget_stopped() and most <= self.design.max):
+            self.extended = [*getattr(self, "extended", []), self.design.max]  # a state saved before the field
+            self.claims = [replace(c, looks=(*(c.looks or (self.design.start, self.extended[-1])), most))
+                           for c in self.claims]
         self.design = AdaptiveSeeds(start=self.design.start, max=most)
-        self.claims = [replace(c, looks=(*(c.looks or (self.design.start, self.extended[-1])), most))
-                       for c in self.claims]
         self.finished = None
         self._tick = None  # budget.hours' clock: from the new first trial
 

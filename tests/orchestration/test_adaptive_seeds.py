@@ -170,6 +170,34 @@ def test_more_seeds_for_an_ended_sweep_go_to_its_open_claims_only(tmp_path):
     assert more.rounds.extended == [3]
 
 
+def test_a_sweep_its_budget_stopped_goes_on_to_its_maximum_as_planned(tmp_path):
+    # budget.trials stops the sweep after its first round, short of its maximum (5): more seeds
+    # up to 5 go on under the looks it planned (2..5: every look's bound was set for them all),
+    # not an extension of them; past 5 they extend as any ended sweep's do.
+    from orchestration.errors import SweepError
+    from orchestration.run.launch import _restored_for_more_seeds
+    from orchestration.run.searcher import SweepSearcher
+
+    path = write_sweep(tmp_path / "b.yaml", **PLANTED, seeds={"start": 2, "max": 5, "budget": {"trials": 6}})
+    first = make_searcher(Planner(load_sweep(path)))
+    assert by_variant(drive(first)) == {"baseline": [0, 1], "p000": [0, 1], "p001": [0, 1]}
+    assert first.rounds.budget_stopped()
+    (tmp_path / "b").mkdir()
+    first.save_to_dir(str(tmp_path / "b"))
+    state = {"adaptive": True}
+    with pytest.raises(SweepError, match=r"--seeds-max 2: .*its budget stopped it at 2 seeds: from 3 to 5 it goes on"):
+        _restored_for_more_seeds(tmp_path / "b", state, 2)
+    more, folder = _restored_for_more_seeds(tmp_path / "b", state, 4)
+    assert folder.name == "b-seeds4"
+    more.extend(4)
+    assert [c.looks for c in more.planner.sweep.claims] == [(2, 5), (2, 5)] and more.rounds.extended == []
+    assert by_variant(drive(more, [])) == {"p001": [2, 3], "baseline": [2, 3]}  # the open claim's sides
+    assert more.rounds.rounds[-1]["end"] == "1 undecided claim(s) at 4 seeds"
+    past = SweepSearcher.restored(tmp_path / "b")
+    past.extend(7)
+    assert [c.looks for c in past.planner.sweep.claims] == [(2, 5, 7), (2, 5, 7)]
+
+
 # --------------------------------------------------------------------------- a real sweep
 
 # 1-bert (baseline) and 3-bert (k = 0: an encoder per task) on the tiny model, and 1-bert again
