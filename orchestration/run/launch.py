@@ -680,7 +680,8 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     state = _read_state(run_dir / SWEEP_STATE)
     searcher, new_dir = _restored_for_more_seeds(run_dir, state, seeds_max)
     rounds, sweep = searcher.rounds, searcher.planner.sweep
-    was = rounds.design.max
+    was = (f"its budget stopped it at {max(rounds.seeds.values())} of {rounds.design.max}; the looks it planned go on"
+           if rounds.budget_stopped() and seeds_max <= rounds.design.max else f"was {rounds.design.max}")
     searcher.extend(seeds_max)
     planner = searcher.planner
     total = max(planner.total_trials() - rounds.handed, 1)  # the most the new rounds may add
@@ -705,7 +706,7 @@ def extend_sweep(path_or_name: str, seeds_max: int, address: str | None = None, 
     tracking.log_parent_artifacts({CLAIMS_FILE: claims_doc})
     state = {**state, "total_trials": total, "claims": json.loads(claims_doc), "extends": run_dir.name}
     (new_dir / SWEEP_STATE).write_text(json.dumps(state, indent=2))
-    log(f"sweep {run_dir.name}: seeds up to {seeds_max} (was {was}) where a claim is open, in {new_dir.name}; "
+    log(f"sweep {run_dir.name}: seeds up to {seeds_max} ({was}) where a claim is open, in {new_dir.name}; "
         f"the {rounds.handed} finished trials stay as they are | MLflow parent run {state['parent_run_id']}")
     return _tune(sweep, searcher, total, new_dir, tracking, state, setup, t_start, log, progress)
 
