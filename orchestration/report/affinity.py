@@ -400,8 +400,10 @@ def render_check(check: RegimeCheck, against: str) -> str:
     else:
         v, found = check.verdict, check.verdict.interval
         needs = f"; about {v.seeds_needed} seeds would decide it" if v.seeds_needed else ""
+        ends = (f"[{found.low:+.4f}, {found.high:+.4f}]" if math.isfinite(found.low) and math.isfinite(found.high)
+                else "(no interval: too few seeds)")
         lines.append(f"the predicted best against the measured best: {v.outcome}, {found.method} "
-                     f"{found.centre:+.4f} [{found.low:+.4f}, {found.high:+.4f}] (n={found.n}, δ 0.01{needs})")
+                     f"{found.centre:+.4f} {ends} (n={found.n}, δ 0.01{needs})")
     if not math.isnan(check.compute):
         lines.append(f"compute: the affinity runs' train_flops are {check.compute:.1%} of the measured sweep's")
     return "\n".join(lines) + "\n"

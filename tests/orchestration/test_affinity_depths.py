@@ -52,6 +52,13 @@ def test_a_fine_tuned_run_ranks_the_encoder_depths_a_sweep_trained(tmp_path):
     printed = aff.render_check(check, "depths")
     assert printed.startswith("encoder depths, predicted from the affinities vs measured by depths (overall):")
     assert "k shared" in printed and "the predicted best is the measured best" in printed
+    # Measured the other way round: rho -1, and the predicted best against the measured best at
+    # three seeds, too few for the median's interval, says so instead of printing nan ends.
+    _sweep(client, "reversed", {k: 1.0 - v for k, v in overall.items()}, "sharing.encoder_shared_layers")
+    backwards = aff.check_regimes(measured, None, uri, "reversed")
+    assert backwards.rho == pytest.approx(-1.0) and backwards.verdict.outcome == "inconclusive"
+    shown = aff.render_check(backwards, "reversed")
+    assert "(no interval: too few seeds)" in shown and "nan" not in shown, shown
     # A run with no per-layer encoder affinities (a frozen encoder) cannot rank depths: one line.
     frozen = build_config({}, {**NOISY, "data.cache_dir": str(tmp_path / "cache"), "affinity.every_steps": 6,
                                "freeze.layers": -1, "sharing.head_regime": "S-S-S"})
