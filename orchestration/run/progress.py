@@ -187,7 +187,9 @@ class ProgressPrinter(Callback):
         durations = {"": durations} if isinstance(durations, list) else durations
         coming = pending if isinstance(pending, list) else [None] * pending
         left = time_left_by_configuration(durations, running, coming, slots)
-        return f", about {clock(left)} left" if left is not None and (running or coming) else ""
+        # Nothing left by the means while a trial still runs: it is past them (a configuration
+        # no trial of this driver has finished yet, say), and they no longer tell.
+        return f", about {clock(left)} left" if left and (running or coming) else ""
 
     def on_step_end(self, iteration: int, trials: list, **info) -> None:
         now = time.monotonic()
