@@ -1095,9 +1095,12 @@ def _more_seeds(table, run_dir: Path | None) -> list[str]:
 
     open_ = table[(table["verdict"] == "inconclusive") & table["looks"].fillna("").astype(bool)] \
         if "looks" in table else table.iloc[0:0]
-    # Up to the sweep's last look, where its budget stopped it short of it; past it otherwise.
-    needed = [int(n) if have < (last := int(str(looks).split("..")[-1])) else max(int(n), last + 1)
-              for n, have, looks in zip(open_["seeds_needed"], open_["n"], open_["looks"])
+    # Up to the sweep's last look where its sides ran fewer seeds (its budget stopped it short:
+    # resume goes on as planned), past it otherwise (resume takes only a larger maximum). The
+    # seeds run count diverged ones, which `n`, the pairs, leaves out.
+    needed = [int(n) if max(ran_a, ran_b) < (last := int(str(looks).split("..")[-1])) else max(int(n), last + 1)
+              for n, have, ran_a, ran_b, looks in zip(open_["seeds_needed"], open_["n"], open_["a_n"],
+                                                      open_["b_n"], open_["looks"])
               if not pd.isna(n) and n > have]
     if not needed or run_dir is None:
         return []

@@ -46,19 +46,13 @@ def describe(config: dict[str, Any]) -> str:
     return f"{label} lr={fmt_rates(flat)}"
 
 
-def sweep_time_left(durations: list[float], running_for: list[float], pending: int, slots: int) -> float | None:
-    """Seconds until the sweep's last trial ends: each trial takes the mean of the finished
-    ones' `durations` (a running one what it lacks of that, `running_for` it has run), and
-    the pending ones start as slots free up, `slots` trials at a time. None before a trial
-    has finished, as nothing tells how long one takes yet."""
-    return time_left_by_configuration({"": durations}, [("", t) for t in running_for], [""] * pending, slots)
-
-
 def time_left_by_configuration(durations: dict[str, list[float]], running: list[tuple[str | None, float]],
                                pending: list[str | None], slots: int) -> float | None:
-    """sweep_time_left with each trial taking the mean of its own configuration's finished
-    trials (`durations` by variant; a fine-tuned trial and a frozen one differ 25-fold), else
-    of all of them: `running` (variant, seconds it has run), `pending` the variants to come."""
+    """Seconds until the sweep's last trial ends: each trial takes the mean of its own
+    configuration's finished trials (`durations` by variant; a fine-tuned trial and a frozen
+    one differ 25-fold), else of all of them; a running one what it lacks of that (`running`:
+    variant, seconds it has run), and the `pending` variants start as slots free up, `slots`
+    trials at a time. None before a trial has finished: nothing tells how long one takes yet."""
     every = [d for ds in durations.values() for d in ds]
     if not every:
         return None
@@ -74,7 +68,7 @@ def time_left_by_configuration(durations: dict[str, list[float]], running: list[
 class ProgressPrinter(Callback):
     """A line per finished / stopped / failed trial and a status line at most every
     `interval_s`: trials running/finished/stopped/failed/pending, the time left (see
-    sweep_time_left), best so far, elapsed.
+    time_left_by_configuration), best so far, elapsed.
     `max_concurrent`: the trials Tune runs at once; None takes the most seen running."""
 
     interval_s = 20.0

@@ -311,3 +311,21 @@ def test_interrupted_after_the_first_round_resumes_to_the_same_trials(uninterrup
         assert resumed[key].data.metrics["overall"] == pytest.approx(run.data.metrics["overall"], abs=1e-6), key
     verdicts = [line for line in uninterrupted["out"].splitlines() if line.startswith("claim ")]
     assert [line for line in proc.stdout.splitlines() if line.startswith("claim ")] == verdicts
+
+
+def test_the_closing_hint_names_a_maximum_resume_takes(tmp_path):
+    # Sides that ran fewer seeds than the last look stopped at a budget: resume goes on up to
+    # it. Sides that ran to it (a diverged seed leaves n, the pairs, below it) need a larger one.
+    import pandas as pd
+
+    from orchestration.run.launch import _more_seeds
+
+    def hint(n: int, ran: int, needed: int) -> str:
+        table = pd.DataFrame([{"verdict": "inconclusive", "looks": "3..8", "n": n, "a_n": ran, "b_n": ran,
+                               "seeds_needed": needed}]).astype({"seeds_needed": "Int64"})
+        [line] = _more_seeds(table, tmp_path / "s")
+        return line.split("--seeds-max ")[1].split()[0]
+
+    assert hint(n=4, ran=4, needed=7) == "7"  # budget-stopped at 4 of 8: 7 is within the plan
+    assert hint(n=6, ran=8, needed=7) == "9"  # ran to 8, two diverged: only past 8
+    assert hint(n=8, ran=8, needed=12) == "12"

@@ -8,7 +8,12 @@ import pytest
 from ray.tune.experiment import Trial
 
 from mtbert.train.progress import clock, time_left
-from orchestration.run.progress import ProgressPrinter, sweep_time_left, time_left_by_configuration
+from orchestration.run.progress import ProgressPrinter, time_left_by_configuration
+
+
+def sweep_time_left(durations: list[float], running_for: list[float], pending: int, slots: int) -> float | None:
+    """One configuration: every trial takes the mean of all finished ones."""
+    return time_left_by_configuration({"": durations}, [("", t) for t in running_for], [""] * pending, slots)
 
 
 def test_nothing_finished_is_no_estimate():
