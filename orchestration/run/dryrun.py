@@ -30,6 +30,9 @@ RAY_START_S = 5.0
 CLOSING_S = 5.0
 # The short run that measures a trial: two epochs of this many steps, the second one timed.
 MEASURE_STEPS = 4
+# At most this many configurations are measured (each loads its model and scores the dev sets
+# twice); a larger grid's other configurations are costed at their mean.
+MEASURE_CONFIGS = 8
 
 
 def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -181,8 +184,9 @@ def _estimate(sweep: Sweep, planner: Planner, fixed: list[dict], total: int, at_
     under adaptive seeds its first round's and its most."""
     threads = max(1, int(sweep.spec.resources.cpu))
     costs: dict[str, dict[str, float]] = {}
-    for t in fixed:
-        if t["variant"] not in costs:
+    variants = list(dict.fromkeys(t["variant"] for t in fixed))
+    for t in fixed:  # a grid of many configurations: the first MEASURE_CONFIGS, the rest at their mean
+        if t["variant"] not in costs and len(costs) < MEASURE_CONFIGS:
             costs[t["variant"]] = measure_trial(t["config"], threads)
     # The model loads once in this process (the later measurements find it loaded); each trial
     # loads it in its own worker: every trial pays the first measurement's load.
@@ -192,6 +196,7 @@ def _estimate(sweep: Sweep, planner: Planner, fixed: list[dict], total: int, at_
         c["model_s"] = model_s
     trial_s = {v: c["trial_s"] for v, c in costs.items()}
     mean_s = sum(trial_s.values()) / len(trial_s)
+    trial_s.update({v: mean_s for v in variants if v not in trial_s})
     first = [trial_s[t["variant"]] for t in fixed] + [mean_s] * planner.optuna_trials()
     load = load_factor()
     # Each prefix of frozen layers is built once (the first measurement that needs it builds it).
@@ -208,13 +213,15 @@ def _estimate(sweep: Sweep, planner: Planner, fixed: list[dict], total: int, at_
     out = {"estimate_s": estimate, "load_factor": load, "trial_s": trial_s, "setup_s": setup_s}
     if sweep.adaptive is not None and total > len(first):
         design = sweep.adaptive
-        later = [trial_s[v] for _ in range(design.start, design.max) for v in costs][:total - len(first)]
+        later = [trial_s[v] for _ in range(design.start, design.max) for v in variants][:total - len(first)]
         most = fixed_s + makespan(first + later, at_once)
         if design.budget.hours is not None:  # no round starts past it; a started one runs whole
             most = min(most, fixed_s + design.budget.hours * 3600 + makespan(list(trial_s.values()), at_once))
         line += f"; up to {_hms(most)} if claims stay open to {design.max} seeds ({total} trials)"
         out["most_s"] = most
-    log(line + f", from {MEASURE_STEPS} measured steps of each configuration; trials stopped early (ASHA, "
+    measured = ("each configuration" if len(costs) == len(variants)
+                else f"{len(costs)} of the {len(variants)} configurations, the others at their mean")
+    log(line + f", from {MEASURE_STEPS} measured steps of {measured}; trials stopped early (ASHA, "
         "patience) make it shorter, a load that rises longer")
     return out
 

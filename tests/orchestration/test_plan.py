@@ -113,3 +113,15 @@ def test_an_adaptive_plan_costs_each_configuration_and_says_its_first_round_and_
                     r"time; ", estimate), estimate
     assert re.search(r"; up to \dm\d\ds if claims stay open to 4 seeds \(8 trials\), from 4 measured steps",
                      estimate), estimate
+
+
+def test_a_large_grid_is_costed_from_a_bounded_number_of_measurements(sweep_file, tmp_path):
+    from orchestration.run.dryrun import MEASURE_CONFIGS
+
+    path = sweep_file(space={"optim.lr": [1e-3 * (2 + i) for i in range(MEASURE_CONFIGS + 2)]},
+                      search={"algorithm": "grid"}, base={"data": {"cache_dir": str(tmp_path / "cache")}})
+    out = run_cli(["sweep", "plan", str(path), "--num-cpus", "2"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sum(line.startswith("  a trial of ") for line in out.stdout.splitlines()) == MEASURE_CONFIGS
+    assert f"from 4 measured steps of {MEASURE_CONFIGS} of the {MEASURE_CONFIGS + 3} configurations, the others " \
+           "at their mean" in out.stdout, out.stdout
